@@ -1,0 +1,72 @@
+# dankfleet.llm — the two commands that matter: `make lab` and `make test`.
+# Every target but `venv` depends on the pinned toolchain in .venv.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+export DANKFLEET_CACHE ?= $(HOME)/.cache/dankfleet
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
+export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
+export CONTAINERS_CONF := $(CURDIR)/.lab/containers.conf
+export PYTHONDONTWRITEBYTECODE := 1
+# Scenarios run in this order; every directory under molecule/ with a molecule.yml is one.
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: help venv lint sanity unit integration molecule test lab lab-image llama-server models build clean-lab
+
+help:
+	@echo "make lab    - deploy frank-medium (lab profile) into the local systemd container"
+	@echo "make test   - yamllint, ansible-lint, ansible-test sanity, pytest, every molecule scenario"
+	@echo "make venv   - create .venv from requirements.txt (other targets do this on first use)"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+lint: venv
+	yamllint -s .
+	ansible-lint
+
+sanity: venv
+	tests/sanity.sh
+
+lab-image: venv
+	tests/lab/build-image.sh
+
+llama-server: venv
+	tests/lab/build-llama-server.sh >/dev/null
+
+models: venv
+	$(BIN)/python tests/lab/gen_models.py --out "$(DANKFLEET_CACHE)/models" >/dev/null
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+integration: venv llama-server models
+	$(BIN)/pytest -q tests/integration
+
+molecule: venv lab-image llama-server models
+	source tests/lab/podman-env.sh; \
+	for s in $(MOLECULE_SCENARIOS); do \
+	  echo "=== molecule test -s $$s"; \
+	  molecule test -s $$s; \
+	done
+
+test: lint sanity unit integration molecule
+
+lab: venv lab-image llama-server models
+	tests/lab/lab.sh
+
+build: venv
+	ansible-galaxy collection build --force --output-path .lab/dist .
+
+clean-lab:
+	source tests/lab/podman-env.sh; podman rm -f dankfleet-lab || true

