@@ -48,6 +48,25 @@ INTEGRATED_GFX = frozenset((
     'gfx1036', 'gfx1037', 'gfx1103', 'gfx1150', 'gfx1151', 'gfx1152', 'gfx1153',
 ))
 
+# PCI device ids of AMD APU graphics, for when the KFD topology (gfx target) is missing.
+INTEGRATED_DEVICE_IDS = frozenset((
+    '0x13c0',  # Granite Ridge
+    '0x1506',  # Mendocino
+    '0x150e',  # Strix Point
+    '0x1586',  # Strix Halo
+    '0x15bf',  # Phoenix
+    '0x15c8',  # Phoenix2
+    '0x15d8',  # Picasso
+    '0x15dd',  # Raven Ridge
+    '0x15e7',  # Barcelo
+    '0x1636',  # Renoir
+    '0x1638',  # Cezanne
+    '0x163f',  # Van Gogh
+    '0x164c',  # Lucienne
+    '0x164e',  # Raphael
+    '0x1681',  # Rembrandt
+))
+
 # Names lspci may not know yet (pci.ids lags new parts); used only when
 # neither rocm-smi, sysfs product_name nor lspci name the card.
 KNOWN_NAMES = {
@@ -565,8 +584,7 @@ def finish_card(card):
 def _amd_cards(root, lspci, rocm_names, warnings):
     drm_dir = host_path(root, DRM_CLASS)
     if not os.path.isdir(drm_dir):
-        warnings.append('%s does not exist: no DRM devices, so no AMD GPU is visible (amdgpu not loaded?)' % drm_dir)
-        return []
+        return []  # an NVIDIA host without nvidia-drm has none; collect() speaks up if no GPU is found
     entries = sorted((int(m.group(1)), e) for e in os.listdir(drm_dir) for m in [_DRM_CARD_RE.match(e)] if m)
     cards = {}
     for _num, entry in entries:
@@ -626,7 +644,7 @@ def _amd_cards(root, lspci, rocm_names, warnings):
         if bdf is not None:
             cards[bdf]['runtime_index'] = idx
     for card in cards.values():
-        if card['gfx_target'] in INTEGRATED_GFX:
+        if card['gfx_target'] in INTEGRATED_GFX or card['device_id'] in INTEGRATED_DEVICE_IDS:
             card['integrated'] = True
     return sorted(cards.values(), key=lambda c: (c['runtime_index'] is None, c['runtime_index'], c['pci_address']))
 
@@ -764,11 +782,14 @@ def collect(root='/', lspci_text=None, lspci_source='lspci -vvv', nvidia_smi_tex
     sources = {'sysfs_root': root, 'lspci': lspci_source if lspci_text is not None else None,
                'nvidia_smi': nvidia_smi_source if nvidia_smi_text is not None else None,
                'rocm_smi': rocm_smi_source if rocm_smi_text else None, 'facts_file': None}
-    if lspci_text is None and cards:
+    if lspci_text is None and any(c['vendor'] == 'amd' for c in cards):
         warnings.append('no lspci -vvv output: AtomicOps unknown, so collectives_legal is false until lspci '
                         '(pciutils) runs as root or lspci_output_file is given')
     if not cards:
-        warnings.append('no GPU found (no AMD card under %s, no nvidia-smi rows)' % host_path(root, DRM_CLASS))
+        drm = host_path(root, DRM_CLASS)
+        warnings.append('no GPU found: %s, and %s' % (
+            'no AMD card under %s' % drm if os.path.isdir(drm) else '%s does not exist (amdgpu not loaded?)' % drm,
+            'nvidia-smi listed none' if nvidia_smi_text is not None else 'no nvidia-smi output'))
     return summarize(cards, include_integrated, warnings, sources)
 
 
@@ -889,10 +910,12 @@ def render_topology(result):
             continue
         lines.append('  PCIe path: %s' % _path_text(card))
         if card.get('narrowest_link_width') or card.get('narrowest_link_speed'):
-            lines.append('  narrowest link: %s%s below %s' % (
+            lines.append('  narrowest link: %s%s %s' % (
                 _link_label(card.get('narrowest_link_gen'), card.get('narrowest_link_width'),
                             card.get('narrowest_link_speed')),
-                _bw_label(card.get('narrowest_link_gbps')), _short(card.get('narrowest_link_bridge'))))
+                _bw_label(card.get('narrowest_link_gbps')),
+                'below %s' % _short(card['narrowest_link_bridge']) if card.get('narrowest_link_bridge')
+                else "(the card's own link)"))
         else:
             lines.append('  narrowest link: unknown')
         for link in card.get('links') or []:
