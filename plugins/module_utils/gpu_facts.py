@@ -732,7 +732,8 @@ def summarize(cards, include_integrated, warnings, sources):
         if card['atomics_ok'] is not True:
             legal = False
             if blocking is None:
-                first = (card.get('atomics_blocking') or [{'bdf': None, 'reason': 'AtomicOps unknown'}])[0]
+                first = (card.get('atomics_blocking') or [
+                    {'bdf': None, 'reason': "AtomicOps unknown: nothing recorded about this card's PCIe path"}])[0]
                 blocking = {'bdf': first['bdf'] or card['pci_address'], 'card': card['name'],
                             'pci_address': card['pci_address'], 'reason': first['reason']}
     archs = sorted(set(c['cuda_arch'] for c in nvidia if c.get('cuda_arch')), key=int)
@@ -904,9 +905,12 @@ def render_topology(result):
                      'inside a switch.' % (len(cards), len([c for c in cards if c.get('integrated')])))
     for card in cards:
         lines.append(_card_line(card))
-        if card['hidden']:
+        if card['hidden'] and card.get('integrated'):
             lines.append('  hidden: integrated GPU, left out of HIP_VISIBLE_DEVICES=%s (set include_integrated to '
                          'use it)' % (result['hip_visible_devices'] or '""'))
+            continue
+        if card['hidden']:
+            lines.append('  hidden: no KFD topology node, so HIP does not enumerate it')
             continue
         lines.append('  PCIe path: %s' % _path_text(card))
         if card.get('narrowest_link_width') or card.get('narrowest_link_speed'):

@@ -21,7 +21,7 @@ description:
   - Walks each card's PCIe path from its root port through every bridge (sysfs C(..) parents,
     C(current_link_speed)/C(current_link_width)) and names the narrowest link.
   - Reads the AtomicOps bits of every hop from C(lspci -vvv -D) (DevCap2 C(AtomicOpsCap Routing+/-),
-    DevCtl2 C(AtomicOpsCtl ReqEn+/-)) and derives O(collectives_legal) with the rule Linux applies
+    DevCtl2 C(AtomicOpsCtl ReqEn+/-)) and derives RV(collectives_legal) with the rule Linux applies
     when amdgpu probes a card (C(pci_enable_atomic_ops_to_root)); when it is false it names the
     blocking bridge. RCCL collectives (tensor split, vLLM TP/PP) need it; llama.cpp layer split does not.
   - Integrated GPUs (for example the Raphael iGPU, gfx1036) are reported and marked, get no llama.cpp
@@ -30,7 +30,7 @@ description:
   - With O(facts_file) the live host is not read at all; a recorded result (for example of a board
     that is not installed yet) is loaded and the verdicts and names are derived again from it.
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 options:
   sysfs_root:
     description:
@@ -66,8 +66,10 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return the same facts; it never changes anything.
     support: full
   diff_mode:
+    description: Nothing is changed, so there is nothing to diff.
     support: none
 notes:
   - HIP order is the KFD node order; llama.cpp names the cards that stay visible C(ROCm0), C(ROCm1), ...
@@ -116,8 +118,17 @@ gpus:
       type: str
       sample: ROCm1
     index:
-      description: The number in O(gpus[].name); null when hidden.
+      description: The number in RV(gpus[].name); null when hidden.
       type: int
+    runtime_index:
+      description:
+        - Index in the runtime's own enumeration (HIP order from the KFD topology, or the nvidia-smi index),
+          counting hidden GPUs; this is what RV(hip_visible_devices) lists.
+      type: int
+      sample: 2
+    hidden:
+      description: True when llama.cpp will not see the card (an integrated GPU left out of RV(hip_visible_devices)).
+      type: bool
     vendor:
       description: C(amd) or C(nvidia).
       type: str
