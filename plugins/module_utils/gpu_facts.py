@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """GPU facts for llama.cpp deployments: cards, VRAM, PCIe path, AtomicOps.
 
 Plain Python, no Ansible import, so unit tests drive it against a fake root:
