@@ -25,11 +25,10 @@ __metaclass__ = type
 
 import re
 
-try:
-    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import (
-        GGUFError, read_gguf, ggml_row_bytes)
-except ImportError:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path
-    from gguf_reader import GGUFError, read_gguf, ggml_row_bytes  # noqa: F401
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
+else:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path: same module objects
+    from gguf_reader import GGUFError, read_gguf
 
 KIND_ATTENTION = "attention"
 KIND_SWA = "swa"
