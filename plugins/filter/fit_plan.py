@@ -140,7 +140,7 @@ options:
     description: The host's RAM, for the cache-ram limit (half of it).
     type: int
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 """
 
 EXAMPLES = r"""

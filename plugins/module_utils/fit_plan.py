@@ -181,9 +181,9 @@ def _gpu_list(gpus):
                     "narrowest_link_width": width, "narrowest_link_gbps": gbps,
                     "device": g.get("device") or g.get("llama_device")})
     if not out:
+        excluded = " (integrated GPUs excluded: %s)" % ", ".join(skipped) if skipped else ""
         raise FitPlanError("gpus: no usable GPU%s -- this host has nothing to split the model over; plan for a "
-                           "host with at least one discrete GPU" % (" (integrated GPUs excluded: %s)" % ", ".join(skipped)
-                                                                   if skipped else ""))
+                           "host with at least one discrete GPU" % excluded)
     return out, skipped
 
 
@@ -416,8 +416,9 @@ def _prepare(gpus, model, serve, drafter, mmproj):
         _check_facts(drafter, "drafter")
     c.drafter = drafter
     if mmproj is not None:
-        if not isinstance(mmproj, dict) or not (mmproj.get("is_mmproj") or mmproj.get("mmproj_bytes") or
-                                                 (mmproj.get("mmproj") or {}).get("bytes")):
+        looks_like = isinstance(mmproj, dict) and (mmproj.get("is_mmproj") or mmproj.get("mmproj_bytes")
+                                                   or (mmproj.get("mmproj") or {}).get("bytes"))
+        if not looks_like:
             raise FitPlanError("mmproj must be gguf_info facts of an mmproj GGUF (is_mmproj true, mmproj_bytes); "
                                "got %s" % (sorted(mmproj) if isinstance(mmproj, dict) else type(mmproj).__name__))
     c.mmproj = mmproj
@@ -626,8 +627,9 @@ def _evaluate(c, split, n_ctx_req):
         total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
                  + d["compute_bytes"] + d["overhead_bytes"])
         free = g["vram_total_bytes"] - g["vram_reserved_bytes"] - total
-        row = dict((k, d[k]) for k in ("name", "layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "draft_bytes",
-                                        "mmproj_bytes", "compute_bytes", "overhead_bytes"))
+        keys = ("name", "layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "draft_bytes", "mmproj_bytes",
+                "compute_bytes", "overhead_bytes")
+        row = dict((k, d[k]) for k in keys)
         row.update({"index": d["index"], "total_bytes": int(total), "free_bytes": int(free),
                     "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
                     "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
@@ -724,7 +726,7 @@ def _apply_lean(c, best, evs, n_ctx, floor, warnings, errors):
     to = max(neighbours, key=lambda j: best["devices"][j]["free_bytes"])
     moved = 0
     cur = best
-    for _ in range(k):
+    for dummy in range(k):
         if split[narrow] <= 1:
             break
         split[narrow] -= 1
@@ -857,7 +859,7 @@ def _max_ctx(c, split, floor, auto):
     def ok(k):
         n_ctx = k * unit
         if auto:
-            best, _ = _search(c, n_ctx, floor)
+            best = _search(c, n_ctx, floor)[0]
         else:
             best = _evaluate(c, split, n_ctx)
         return _passes(best, floor), best
