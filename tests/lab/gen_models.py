@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Deterministic GGUF models for the lab: the architectures frank-medium deploys, in miniature.
 
     gen_models.py --out DIR [--only NAME ...] [--scale small|medium]
