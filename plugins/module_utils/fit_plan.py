@@ -99,16 +99,19 @@ PROFILES = {
         "mmproj_compute_bytes": 37 * MIB,
     },
     "cpu": {
-        "source": "PLACEHOLDER until the accuracy matrix (issue 3 item 4) calibrates it from llama-server / "
-                  "llama-fit-params b11434 runs over ggml-rpc-server devices; structure as hip, no driver overhead.",
+        "source": "FIRST CUT, to be calibrated by the accuracy matrix (issue 3 item 4: llama-server / llama-fit-params "
+                  "b11434 over ggml-rpc-server devices). From llama-fit-params -fitp on the small generated "
+                  "qwen35-mtp and dense-llama (-fa on): compute = 2 B x n_ctx_seq x ubatch (the f16 KQ mask) + "
+                  "~1 MiB, e.g. 65536/ub512 -> 65 MiB, 65536/ub1024 -> 131 MiB, 262144/np4 -> 65 MiB; toy models "
+                  "(n_embd 64) cannot show the activation terms, left at 0.",
         "device_overhead_bytes": 0,
-        "compute_base_bytes": 16 * MIB,
-        "act_embd_bytes": 16.0,
-        "act_ff_bytes": 12.0,
-        "mask_bytes_per_cell": 6.0,
+        "compute_base_bytes": 1 * MIB,
+        "act_embd_bytes": 0.0,
+        "act_ff_bytes": 0.0,
+        "mask_bytes_per_cell": 2.0,
         "logits_ubatch_bytes": 0.0,
-        "draft_compute_base_bytes": 16 * MIB,
-        "mmproj_compute_bytes": 128 * MIB,
+        "draft_compute_base_bytes": 1 * MIB,
+        "mmproj_compute_bytes": 0,
     },
     "cuda": {
         "source": "PLACEHOLDER copied from hip until the GPU-validation issue measures CUDA (nvidia-smi).",
