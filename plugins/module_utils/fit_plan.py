@@ -666,8 +666,10 @@ def _candidate_splits(c):
 
 
 def _fits_key(ev, floor):
-    """Sort key: passing splits first, then the smallest gap, then the largest minimum free."""
-    return (0 if _passes(ev, floor) else 1, ev["gap_bytes"], -ev["min_free_bytes"])
+    """Sort key: splits that keep the floor, by smallest gap; failing ones by the least-starved card."""
+    if _passes(ev, floor):
+        return (0, ev["gap_bytes"], -ev["min_free_bytes"])
+    return (1, -ev["min_free_bytes"], ev["gap_bytes"])
 
 
 def _local_search(c, n_ctx, floor):
