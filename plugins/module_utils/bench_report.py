@@ -17,7 +17,6 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import json
-import math
 import os
 import re
 
@@ -143,12 +142,12 @@ def plot_spec(rows, path, title):
     plt.close(fig)
 
 
-def _heat(ax, fig, batches, ubatches, grid, title, fmt, cmap):
+def _heat(ax, fig, batches, ubatches, grid, status, title, fmt, cmap):
     import numpy as np  # matplotlib's own dependency
     data = np.array([[float('nan') if v is None else v for v in row] for row in grid], dtype=float)
     masked = np.ma.masked_invalid(data)
     image = ax.imshow(masked, cmap=cmap, aspect='auto', origin='lower')
-    image.cmap.set_bad('#dddddd')
+    image.cmap.set_bad('#e4e4e4')
     ax.set_xticks(range(len(batches)))
     ax.set_xticklabels([str(b) for b in batches], fontsize=8)
     ax.set_yticks(range(len(ubatches)))
@@ -156,15 +155,18 @@ def _heat(ax, fig, batches, ubatches, grid, title, fmt, cmap):
     ax.set_xlabel('batch (-b)')
     ax.set_ylabel('ubatch (-ub)')
     ax.set_title(title, fontsize=9)
-    finite = [v for row in grid for v in row if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    mid = (max(finite) + min(finite)) / 2.0 if finite else 0
     for y, row in enumerate(grid):
         for x, value in enumerate(row):
-            if value is None:
-                ax.text(x, y, 'x', ha='center', va='center', fontsize=9, color='#aa0000')
+            state = status[y][x]
+            if state is None:
+                ax.text(x, y, 'not run', ha='center', va='center', fontsize=7, color='#888888')
+            elif value is None:
+                ax.text(x, y, 'FAILED' if state == 'failed' else '-', ha='center', va='center', fontsize=8,
+                        color='#aa0000', fontweight='bold')
             else:
-                ax.text(x, y, fmt % value, ha='center', va='center', fontsize=7,
-                        color='white' if value < mid else 'black')
+                r, g, b, _ = image.cmap(image.norm(value))
+                ax.text(x, y, (fmt % value) + ('*' if state == 'partial' else ''), ha='center', va='center',
+                        fontsize=7, color='black' if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else 'white')
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
 
 
@@ -177,27 +179,29 @@ def plot_batch(rows, path, title):
     panels = [('pp_tps', 'prefill tok/s', '%.0f', 'viridis'), ('tg_tps', 'decode tok/s', '%.1f', 'viridis'),
               ('memory', 'peak VRAM MiB (busiest card)' if has_vram else 'peak RSS MiB (host)', '%.0f', 'magma_r')]
     fig, axes = plt.subplots(len(depths), len(panels), squeeze=False,
-                             figsize=(4.6 * len(panels), 0.5 + 3.6 * len(depths)))
+                             figsize=(4.6 * len(panels), 0.6 + 3.6 * len(depths)))
     for d_index, depth in enumerate(depths):
+        cell = dict(((r['batch'], r['ubatch']), r) for r in rows if r['depth'] == depth)
+        status = [[cell[(b, u)]['status'] if (b, u) in cell else None for b in batches] for u in ubatches]
         for p_index, (key, label, fmt, cmap) in enumerate(panels):
             grid = []
             for ubatch in ubatches:
                 line = []
                 for batch in batches:
-                    match = [r for r in rows if r['batch'] == batch and r['ubatch'] == ubatch and r['depth'] == depth]
-                    rec = match[0] if match else None
-                    if rec is None:
+                    rec = cell.get((batch, ubatch))
+                    if rec is None or rec['status'] == 'failed':
                         value = None
                     elif key == 'memory':
                         vram = rec.get('peak_vram_mib')
                         value = max(vram.values()) if vram else rec.get('peak_rss_mib')
-                        value = value if rec['status'] != 'failed' or vram else None
                     else:
                         value = rec.get(key)
                     line.append(value)
                 grid.append(line)
-            _heat(axes[d_index][p_index], fig, batches, ubatches, grid, '%s, depth %d' % (label, depth), fmt, cmap)
-    fig.suptitle(title, fontsize=10)
+            _heat(axes[d_index][p_index], fig, batches, ubatches, grid, status, '%s, depth %d' % (label, depth),
+                  fmt, cmap)
+    fig.suptitle(title + ('\n(* partial: the cell died after some tests)' if any(
+        r['status'] == 'partial' for r in rows) else ''), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -214,6 +218,7 @@ def plot_turns(rows, path, title):
         for r in pts:
             ax_lat.annotate('%.0f' % r['latency_ms'], (r['turn'], r['latency_ms']), textcoords='offset points',
                             xytext=(0, 5), ha='center', fontsize=7)
+    ax_lat.set_ylim(bottom=0)
     ax_lat.set_xticks(turns)
     ax_lat.set_xlabel('turn')
     ax_lat.set_ylabel('latency ms')

@@ -96,7 +96,7 @@ mismatches:
   returned: always
   type: list
   elements: dict
-failed:
+incomplete:
   description: Configurations, cells or turns that did not complete.
   returned: always
   type: list
@@ -139,7 +139,7 @@ def main():
     except BenchError as exc:
         module.fail_json(msg=str(exc))
     result = dict(changed=bool(files), files=files, rows=rows, mismatches=findings['mismatches'],
-                  failed=findings['failed'], summary=summary_lines(p['kind'], rows))
+                  incomplete=findings['failed'], summary=summary_lines(p['kind'], rows))
     if p['kind'] == 'spec' and (findings['mismatches'] or findings['failed']):
         lines = []
         if findings['mismatches']:
@@ -150,7 +150,7 @@ def main():
             lines.extend('  %s: %s' % (f['name'], f['error']) for f in findings['failed'])
         if files:
             lines.append('results: %s' % ', '.join(files[k] for k in sorted(files)))
-        module.fail_json(msg='\n'.join(lines), **result)
+        module.fail_json(msg='\n'.join(lines), **dict((k, v) for k, v in result.items() if k != 'rows'))
     module.exit_json(**result)
 
 
