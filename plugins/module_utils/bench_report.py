@@ -143,11 +143,12 @@ def plot_spec(rows, path, title):
 
 
 def _heat(ax, fig, batches, ubatches, grid, status, title, fmt, cmap):
+    import matplotlib
     import numpy as np  # matplotlib's own dependency
     data = np.array([[float('nan') if v is None else v for v in row] for row in grid], dtype=float)
     masked = np.ma.masked_invalid(data)
-    image = ax.imshow(masked, cmap=cmap, aspect='auto', origin='lower')
-    image.cmap.set_bad('#e4e4e4')
+    image = ax.imshow(masked, cmap=matplotlib.colormaps[cmap].with_extremes(bad='#e4e4e4'), aspect='auto',
+                      origin='lower')
     ax.set_xticks(range(len(batches)))
     ax.set_xticklabels([str(b) for b in batches], fontsize=8)
     ax.set_yticks(range(len(ubatches)))
