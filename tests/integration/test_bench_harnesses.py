@@ -6,8 +6,8 @@ proves the separator conversion (two ggml-rpc-server processes are the two "card
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -139,6 +139,13 @@ def test_turn_latency_harness(lab_models, llama_server, tmp_path):
               "timeout": 120}
     with llama_server(lab_models["dense-llama"]["path"], "-np", "2", ctx_size=8192) as srv:
         rows = bt.run_turns(be.Endpoint(srv.base_url), config)
+        # the same harness from a shell, the runbook's `bench-turn-latency.py URL 2 2 LABEL` shape
+        cli = importlib.util.spec_from_file_location("bench_turn_latency", REPO / "benchmarks" / "bench_turn_latency.py")
+        module = importlib.util.module_from_spec(cli)
+        cli.loader.exec_module(module)
+        assert module.main([srv.base_url, "2", "1", "CLI", "--document-words", "40", "--growth-words", "10",
+                            "--n-predict", "4", "--out", str(tmp_path / "cli")]) == 0
+    assert len(list((tmp_path / "cli").glob("*-turns-CLI.png"))) == 1
     assert [(r["family"], r["turn"], r["status"]) for r in rows] == [(f, t, "ok") for f in (0, 1) for t in (1, 2, 3)]
     for family in (0, 1):
         turns = [r for r in rows if r["family"] == family]

@@ -109,7 +109,7 @@ def lab(tmp_path_factory, llama_prefix, lab_models):
             "llama_server_binary": f"{CACHE_IN_CONTAINER}/{llama_prefix.name}/bin/llama-server",
             "llama_server_model_path": f"{MODELS_IN_CONTAINER}/dense-llama-f32.gguf",
             "llama_server_port": port, "llama_server_ctx_size": 8192, "llama_server_parallel": 2,
-            "llama_server_extra_args": list(EXACT_ARGS), "llama_server_health_timeout": 6,
+            "llama_server_extra_args": list(EXACT_ARGS), "llama_server_gate_health_timeout": 6,
             "llm_bench_spec_serve_role": "lab_serve_stub", "llm_bench_spec_health_timeout": 60,
         }
         inventory = work / "hosts.yml"
@@ -145,13 +145,13 @@ def _deployed_exec(lab) -> str:
 
 def test_spec_check_mode_and_a_misspelt_variable_change_nothing(lab, tmp_path):
     before = lab.unit("MainPID", "ExecStart")
-    configs = [{"name": "none", "vars": {"llama_server_spec_type": "none"}},
-               {"name": "ngram-mod", "vars": {"llama_server_spec_type": "ngram-mod"}}]
+    configs = [{"name": "none", "vars": {"llama_server_spec_type": []}},
+               {"name": "ngram-mod", "vars": {"llama_server_spec_type": ["ngram-mod"]}}]
     out = lab.playbook(REPO / "playbooks" / "bench_spec.yml",
                        {"llm_bench_results_dir": str(tmp_path), "llm_bench_spec_configurations": configs}, "--check")
     assert out.returncode == 0, out.text[-3000:]
     assert "check mode: would A/B none, ngram-mod" in out.text
-    typo = [{"name": "typo", "vars": {"llama_server_spce_type": "ngram-mod"}}]
+    typo = [{"name": "typo", "vars": {"llama_server_spce_type": ["ngram-mod"]}}]
     out = lab.playbook(REPO / "playbooks" / "bench_spec.yml",
                        {"llm_bench_results_dir": str(tmp_path), "llm_bench_spec_configurations": typo})
     assert out.returncode != 0
@@ -166,9 +166,9 @@ def test_spec_ab_playbook(lab, tmp_path):
     pid_before = lab.unit("MainPID")["MainPID"]
     draft = f"{CACHE_IN_CONTAINER}/models/draft-small.gguf"
     configs = [
-        {"name": "none", "vars": {"llama_server_spec_type": "none"}},
-        {"name": "draft-simple,ngram-mod@4", "vars": {"llama_server_spec_type": "draft-simple,ngram-mod",
-                                                      "llama_server_spec_draft_model": draft,
+        {"name": "none", "vars": {"llama_server_spec_type": []}},
+        {"name": "draft-simple,ngram-mod@4", "vars": {"llama_server_spec_type": ["draft-simple", "ngram-mod"],
+                                                      "llama_server_drafter_path": draft,
                                                       "llama_server_spec_draft_n_max": 4}},
     ]
     out = lab.playbook(REPO / "playbooks" / "bench_spec.yml",
@@ -183,7 +183,7 @@ def test_spec_ab_playbook(lab, tmp_path):
     assert chain["vars"]["llama_server_spec_draft_n_max"] == 4
     assert sum(s["metric_drafts"] for s in chain["shapes"].values()) > 0, "the chain never drafted"
     assert all(s["metric_drafts"] == 0 for s in doc["configurations"][0]["shapes"].values())
-    assert doc["meta"]["deployed"]["llama_server_spec_type"] == "none"
+    assert doc["meta"]["deployed"]["llama_server_spec_type"] == []
     rows = files["tsv"].read_text().splitlines()
     assert rows[0].startswith("configuration\tshape\tstatus\tdecode_tps") and len(rows) == 1 + 2 * 3
     # every configuration ran in a process of its own, and the deployed shape serves again
@@ -197,12 +197,12 @@ def test_spec_ab_playbook(lab, tmp_path):
 def test_spec_mismatch_fails_the_run_and_the_deployed_unit_is_restored(lab, tmp_path):
     deployed = _deployed_exec(lab)
     configs = [
-        {"name": "none", "vars": {"llama_server_spec_type": "none"}},
+        {"name": "none", "vars": {"llama_server_spec_type": []}},
         # the negative control: a sampler that is not greedy must change the text
-        {"name": "hot-sampler", "vars": {"llama_server_spec_type": "none"}, "request": {"temperature": 1.5, "seed": 7}},
+        {"name": "hot-sampler", "vars": {"llama_server_spec_type": []}, "request": {"temperature": 1.5, "seed": 7}},
         # a configuration that cannot start: the run goes on, records it, and restores anyway
-        {"name": "missing-drafter", "vars": {"llama_server_spec_type": "draft-simple",
-                                             "llama_server_spec_draft_model": "/nonexistent/draft.gguf"}},
+        {"name": "missing-drafter", "vars": {"llama_server_spec_type": ["draft-simple"],
+                                             "llama_server_drafter_path": "/nonexistent/draft.gguf"}},
     ]
     out = lab.playbook(REPO / "playbooks" / "bench_spec.yml",
                        dict(SMALL_SPEC, llm_bench_results_dir=str(tmp_path), llm_bench_spec_configurations=configs,
