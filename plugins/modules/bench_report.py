@@ -14,7 +14,7 @@ version_added: 0.1.0
 description:
   - Takes the raw results of one harness - M(dankfleet.llm.spec_bench) per configuration, the rows of
     M(dankfleet.llm.llama_bench_sweep) or of M(dankfleet.llm.turn_latency_bench) - and writes
-    C(<dest>/<name>.tsv), C(<name>.json) (with O(meta): the configurations, the host, the llama.cpp build) and
+    C(<dest>/<name>.tsv), C(<name>.json) (with O(meta) - the configurations, the host, the llama.cpp build) and
     C(<name>.png).
   - The plots - C(spec) decode tok/s per configuration per shape as grouped bars with the acceptance on each bar;
     C(batch) the batch x ubatch sweep as heatmaps of prefill, decode and peak memory, one row per depth;
