@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The runbook's agent-loop harness from a shell, against any endpoint (no Ansible, no restart):
 
     python benchmarks/bench_turn_latency.py URL FAMILIES TURNS [LABEL] [--document-words 20000]

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The collection's own figures: first converge vs a no-change re-run of the lab deploy, and the
 fetch ratio against curl.
 

@@ -316,8 +316,8 @@ def run_sweep(config):
     n_gpu_layers, flash_attn, cache_type_k, cache_type_v, threads, extra_args, transient_unit,
     user, limit_memlock, environment, unit_prefix, cell_timeout, python."""
     validate(config)
-    return [run_cell(config, b, ub, d) for b, ub, d in cells(config['batch_sizes'], config['ubatch_sizes'],
-                                                              config['depths'])]
+    plan = cells(config['batch_sizes'], config['ubatch_sizes'], config['depths'])
+    return [run_cell(config, b, ub, d) for b, ub, d in plan]
 
 
 def memlock_warnings(rows, wanted):

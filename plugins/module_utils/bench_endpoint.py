@@ -20,11 +20,9 @@ import re
 import subprocess
 import time
 
-try:
-    from urllib.request import Request, urlopen
-    from urllib.error import HTTPError, URLError
-except ImportError:  # pragma: no cover - Python 2 is not a target, the import guard keeps sanity quiet
-    Request = urlopen = HTTPError = URLError = None
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.urls import open_url
 
 MIB = 1024 * 1024
 
@@ -56,8 +54,10 @@ class Endpoint(object):
             headers['Content-Type'] = 'application/json'
         if self.api_key:
             headers['Authorization'] = 'Bearer %s' % self.api_key
-        req = Request(self.url + path, data=data, headers=headers)
-        resp = urlopen(req, timeout=self.timeout if timeout is None else timeout)
+        # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
+        resp = open_url(self.url + path, data=data, headers=headers, method='GET' if data is None else 'POST',
+                        timeout=self.timeout if timeout is None else timeout, use_proxy=False,
+                        follow_redirects='safe')
         try:
             return resp.getcode(), resp.read().decode('utf-8', 'replace')
         finally:

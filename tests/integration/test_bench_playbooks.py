@@ -264,7 +264,7 @@ def test_turns_playbook(lab, tmp_path):
         "llm_bench_turns_document_words": 150, "llm_bench_turns_growth_words": 40, "llm_bench_turns_n_predict": 16})
     assert out.returncode == 0, out.text[-4000:]
     doc, _ = _result(tmp_path, "turns")
-    assert [(r["family"], r["turn"], r["status"]) for r in doc["rows"]] == [(0, 1, "ok"), (0, 2, "ok"), (1, 1, "ok"),
-                                                                         (1, 2, "ok")]
+    got = [(r["family"], r["turn"], r["status"]) for r in doc["rows"]]
+    assert got == [(0, 1, "ok"), (0, 2, "ok"), (1, 1, "ok"), (1, 2, "ok")]
     assert all(r["cache_n"] > 0 for r in doc["rows"] if r["turn"] == 2)
     assert doc["meta"]["slots"] == 2 and doc["builds"] == ["b11434-unknown"]

@@ -337,8 +337,8 @@ def test_vram_readers(tmp_path):
     rocm = json.dumps({'card1': {'VRAM Total Memory (B)': '34208743424', 'VRAM Total Used Memory (B)': '31000000000'},
                        'card0': {'VRAM Total Memory (B)': '34208743424', 'VRAM Total Used Memory (B)': '1048576'}})
     parsed = be.parse_rocm_smi_memory('WARNING: something\n' + rocm)
-    assert [(c['card'], c['source_card'], c['used_mib']) for c in parsed] == [('ROCm0', 'card0', 1.0),
-                                                                                 ('ROCm1', 'card1', 31000000000 / 1048576.0)]
+    got = [(c['card'], c['source_card'], c['used_mib']) for c in parsed]
+    assert got == [('ROCm0', 'card0', 1.0), ('ROCm1', 'card1', 31000000000 / 1048576.0)]
     for card, used in (('card0', 2 * 1048576), ('card1', 3 * 1048576)):
         dev = tmp_path / 'sys' / 'class' / 'drm' / card / 'device'
         dev.mkdir(parents=True)
@@ -419,3 +419,12 @@ def test_llm_bench_argument_specs_match_defaults():
         assert option.get('description'), name
         if 'default' in option and not (isinstance(defaults[name], str) and '{{' in defaults[name]):
             assert option['default'] == defaults[name], name
+
+
+def test_endpoint_errors_name_the_endpoint():
+    dead = be.Endpoint('http://127.0.0.1:1', timeout=2)  # nothing listens on port 1: refused at once
+    with pytest.raises(be.BenchError, match=r'http://127.0.0.1:1/health did not answer 200 within 0 s'):
+        dead.wait_healthy(0)
+    with pytest.raises(be.BenchError, match=r'POST http://127.0.0.1:1/completion failed'):
+        dead.post_json('/completion', {'prompt': 'x'})
+    assert dead.build() is None
