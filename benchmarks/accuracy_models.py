@@ -1,16 +1,16 @@
-"""GGUF headers for the planner-accuracy matrix, written as sparse files.
+"""The models of the planner-accuracy matrix, and their headers as plain data.
 
-llama.cpp sizes every buffer from the GGUF header alone (tensor shapes and
-types, hyperparameters); the tensor bytes are never inspected at load. So the
-models of the accuracy matrix are written as a real header and tensor table
-followed by a *hole*: the file is truncated to its full length, reads back as
-zeros, costs no disk and is written in milliseconds. The same writer rebuilds
-a fixture's model from the header stored in the fixture, byte for byte, so a
-recorded measurement can be re-planned without the original file.
-
-A header is plain data (``{"arch", "kv": [[key, type, value]], "tensors":
-[[name, ggml_type, [ne0, ne1, ...]]], "vocab": {...}}``); the token list is not
-stored but regenerated from ``vocab`` (it is a synthetic SPM vocabulary).
+The models are the lab generator's (tests/lab/gen_models.py ``write_model``) at
+``scale="medium"`` with a few overrides, so that KV, compute and weights land in
+the hundreds of MiB at the measured contexts. A fixture records, per model, the
+generator's recipe (kind, overrides, seed, recipe and file sha256) and the GGUF
+header as plain data: metadata (the tokenizer's arrays only by length) and the
+tensor table. llama.cpp sizes every buffer from exactly that, never from tensor
+bytes, so ``write_sparse_gguf`` can rebuild a file that any header reader (the
+planner's gguf_info included) reads like the original: the same metadata, the
+same tensor table, and a hole of zeros where the tensor data was. It takes
+milliseconds and no disk, which is what lets the accuracy test re-plan every
+recorded measurement without the hundreds of MiB of the original files.
 """
 
 from __future__ import annotations
@@ -18,278 +18,148 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
 
-T = GGMLQuantizationType
+REPO = Path(__file__).resolve().parents[1]
 
-# Element types by name, as the header stores them.
-TYPES = {"F32": T.F32, "F16": T.F16, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "BF16": T.BF16}
+# matrix name -> (gen_models kind, overrides at scale "medium")
+MODELS = {
+    "dense": ("dense-llama", {"tensor_type": "q8_0"}),
+    "hybrid": ("qwen35-hybrid", {"tensor_type": "q8_0"}),
+    "hybrid_mtp": ("qwen35-mtp", {"tensor_type": "q8_0"}),
+    "swa": ("swa-dense", {"tensor_type": "f16"}),
+    "drafter": ("draft-small", {"tensor_type": "f16"}),
+    "dflash": ("draft-dflash", {"tensor_type": "q8_0"}),
+    # geometry variants: they separate the compute law's n_embd and n_ff terms
+    "dense_ff8k": ("dense-llama", {"tensor_type": "q8_0", "n_ff": 8192}),
+    "dense_e2k": ("dense-llama", {"tensor_type": "q8_0", "n_embd": 2048, "n_head": 32}),
+}
+
+# token arrays are recorded by length: they are large and no sizing law reads their contents
+BIG_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
 
 
-def tensor_nbytes(ggml_type, ne):
-    """Bytes of one tensor of element type ggml_type and shape ne (ggml order)."""
-    block, size = GGML_QUANT_SIZES[TYPES[ggml_type]]
+def gen_models():
+    sys.path.insert(0, str(REPO / "tests" / "lab"))
+    import gen_models as g  # noqa: E402 (tests/lab is not a package)
+    return g
+
+
+def ensure_model(name, out_dir):
+    """Generate matrix model `name` into out_dir (once); return the generator's manifest entry."""
+    kind, overrides = MODELS[name]
+    g = gen_models()
+    params = g.resolve_params(kind, "medium", **overrides)
+    recipe = g.recipe_sha256(kind, params)
+    path = Path(out_dir) / f"{name}.gguf"
+    manifest = path.with_suffix(".json")
+    if path.exists() and manifest.exists():
+        entry = json.loads(manifest.read_text())
+        if entry.get("recipe_sha256") == recipe and entry.get("size") == path.stat().st_size:
+            return entry
+    entry = g.write_model(kind, path, scale="medium", **overrides)
+    manifest.write_text(json.dumps(entry, indent=1, default=str) + "\n")
+    return entry
+
+
+def _value(field):
+    t = field.types[0]
+    if t == GGUFValueType.ARRAY:
+        return [x.item() if hasattr(x, "item") else x for x in field.contents()]
+    v = field.contents()
+    return v.item() if hasattr(v, "item") else v
+
+
+def dump_header(path):
+    """The header of the GGUF at path as plain data (see the module docstring)."""
+    r = GGUFReader(str(path))
+    kv, arrays = [], {}
+    for name, field in r.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        types = [GGUFValueType(t).name for t in field.types]
+        if name in BIG_ARRAYS:
+            arrays[name] = {"type": types[-1], "length": len(field.data)}
+            continue
+        kv.append([name, types, _value(field)])
+    tensors = [[t.name, t.tensor_type.name, [int(x) for x in t.shape]] for t in r.tensors]
+    return {"kv": kv, "arrays": arrays, "tensors": tensors, "alignment": r.alignment,
+            "file_size": os.path.getsize(path)}
+
+
+def tensor_nbytes(type_name, ne):
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
     n = 1
     for d in ne:
         n *= int(d)
-    if ne[0] % block:
-        raise ValueError(f"row of {ne[0]} elements is not a multiple of the {ggml_type} block of {block}")
     return n // block * size
 
 
-# ---------------------------------------------------------------------------
-# Model specs of the matrix. Dimensions are chosen so that KV, compute and
-# weights each land in the hundreds of MiB at the measured contexts, while a
-# load over two local RPC servers stays a few seconds on a shared 2-core box.
-# ---------------------------------------------------------------------------
-
-SPECS = {
-    # dense llama, Q8_0 matrices, untied output
-    "dense": {
-        "arch": "llama", "n_vocab": 32000, "n_embd": 1024, "n_ff": 2816, "n_layer": 16,
-        "n_head": 16, "n_head_kv": 4, "head_dim": 64, "n_ctx_train": 65536,
-        "wtype": "Q8_0", "tied": False,
-    },
-    # qwen35 hybrid: 3 Gated DeltaNet + 1 gated attention, repeated
-    "hybrid": {
-        "arch": "qwen35", "n_vocab": 65536, "n_embd": 1024, "n_ff": 3072, "n_layer": 16,
-        "n_head": 8, "n_head_kv": 2, "head_dim": 256, "n_ctx_train": 262144,
-        "full_attention_interval": 4, "ssm_d_conv": 4, "ssm_d_state": 128,
-        "ssm_n_group": 8, "ssm_dt_rank": 16, "wtype": "Q8_0", "tied": False, "nextn": 0,
-    },
-    # the same with one nextn (MTP) block appended
-    "hybrid_mtp": {
-        "arch": "qwen35", "n_vocab": 65536, "n_embd": 1024, "n_ff": 3072, "n_layer": 16,
-        "n_head": 8, "n_head_kv": 2, "head_dim": 256, "n_ctx_train": 262144,
-        "full_attention_interval": 4, "ssm_d_conv": 4, "ssm_d_state": 128,
-        "ssm_n_group": 8, "ssm_dt_rank": 16, "wtype": "Q8_0", "tied": False, "nextn": 1,
-    },
-    # gemma3: 5 sliding-window layers per full-attention layer, tied embeddings
-    "swa": {
-        "arch": "gemma3", "n_vocab": 65536, "n_embd": 1152, "n_ff": 4608, "n_layer": 12,
-        "n_head": 8, "n_head_kv": 4, "head_dim": 256, "n_ctx_train": 131072,
-        "sliding_window": 1024, "wtype": "F16", "tied": True,
-    },
-    # a small dense drafter sharing the dense model's vocabulary (draft-simple)
-    "drafter": {
-        "arch": "llama", "n_vocab": 32000, "n_embd": 512, "n_ff": 1408, "n_layer": 4,
-        "n_head": 8, "n_head_kv": 4, "head_dim": 64, "n_ctx_train": 65536,
-        "wtype": "F16", "tied": False,
-    },
-}
-
-
-def _kv(arch, spec):
-    a = arch
-    kv = [
-        ["general.architecture", "STRING", arch],
-        ["general.name", "STRING", f"dankfleet-accuracy-{arch}"],
-        [f"{a}.context_length", "UINT32", spec["n_ctx_train"]],
-        [f"{a}.embedding_length", "UINT32", spec["n_embd"]],
-        [f"{a}.block_count", "UINT32", spec["n_layer"] + spec.get("nextn", 0)],
-        [f"{a}.feed_forward_length", "UINT32", spec["n_ff"]],
-        [f"{a}.attention.head_count", "UINT32", spec["n_head"]],
-        [f"{a}.attention.head_count_kv", "UINT32", spec["n_head_kv"]],
-        [f"{a}.attention.key_length", "UINT32", spec["head_dim"]],
-        [f"{a}.attention.value_length", "UINT32", spec["head_dim"]],
-        [f"{a}.attention.layer_norm_rms_epsilon", "FLOAT32", 1e-6],
-        [f"{a}.rope.freq_base", "FLOAT32", 10000.0],
-    ]
-    if arch == "qwen35":
-        kv += [
-            [f"{a}.rope.dimension_count", "UINT32", 64],
-            [f"{a}.rope.dimension_sections", "ARRAY[INT32]", [11, 11, 10, 0]],
-            [f"{a}.ssm.conv_kernel", "UINT32", spec["ssm_d_conv"]],
-            [f"{a}.ssm.inner_size", "UINT32", spec["ssm_d_state"] * spec["ssm_dt_rank"]],
-            [f"{a}.ssm.state_size", "UINT32", spec["ssm_d_state"]],
-            [f"{a}.ssm.time_step_rank", "UINT32", spec["ssm_dt_rank"]],
-            [f"{a}.ssm.group_count", "UINT32", spec["ssm_n_group"]],
-            [f"{a}.full_attention_interval", "UINT32", spec["full_attention_interval"]],
-        ]
-        if spec.get("nextn"):
-            kv.append([f"{a}.nextn_predict_layers", "UINT32", spec["nextn"]])
-    else:
-        kv.append([f"{a}.rope.dimension_count", "UINT32", spec["head_dim"]])
-    if arch == "gemma3":
-        kv.append([f"{a}.attention.sliding_window", "UINT32", spec["sliding_window"]])
-    kv += [
-        ["tokenizer.ggml.model", "STRING", "llama"],
-        ["tokenizer.ggml.bos_token_id", "UINT32", 1],
-        ["tokenizer.ggml.eos_token_id", "UINT32", 2],
-        ["tokenizer.ggml.unknown_token_id", "UINT32", 0],
-        ["tokenizer.ggml.add_bos_token", "BOOL", True],
-    ]
-    return kv
-
-
-def _tensors(spec):
-    """Tensor table [name, type, ne] in ggml order (ne[0] is the row length)."""
-    arch, w = spec["arch"], spec["wtype"]
-    e, f, v = spec["n_embd"], spec["n_ff"], spec["n_vocab"]
-    hd, nh, nkv = spec["head_dim"], spec["n_head"], spec["n_head_kv"]
-    out = [["token_embd.weight", w, [e, v]], ["output_norm.weight", "F32", [e]]]
-    if not spec["tied"]:
-        out.append(["output.weight", w, [e, v]])
-
-    def ffn(i):
-        return [[f"blk.{i}.ffn_gate.weight", w, [e, f]],
-                [f"blk.{i}.ffn_up.weight", w, [e, f]],
-                [f"blk.{i}.ffn_down.weight", w, [f, e]]]
-
-    def attn(i, q_mult=1):
-        return [[f"blk.{i}.attn_q.weight", w, [e, hd * nh * q_mult]],
-                [f"blk.{i}.attn_k.weight", w, [e, hd * nkv]],
-                [f"blk.{i}.attn_v.weight", w, [e, hd * nkv]],
-                [f"blk.{i}.attn_output.weight", w, [hd * nh, e]]]
-
-    for i in range(spec["n_layer"]):
-        t = [[f"blk.{i}.attn_norm.weight", "F32", [e]]]
-        if arch == "llama":
-            t += attn(i) + [[f"blk.{i}.ffn_norm.weight", "F32", [e]]] + ffn(i)
-        elif arch == "gemma3":
-            t += attn(i) + [
-                [f"blk.{i}.attn_q_norm.weight", "F32", [hd]],
-                [f"blk.{i}.attn_k_norm.weight", "F32", [hd]],
-                [f"blk.{i}.post_attention_norm.weight", "F32", [e]],
-                [f"blk.{i}.ffn_norm.weight", "F32", [e]],
-                [f"blk.{i}.post_ffw_norm.weight", "F32", [e]],
-            ] + ffn(i)
-        elif arch == "qwen35":
-            t.append([f"blk.{i}.post_attention_norm.weight", "F32", [e]])
-            if (i + 1) % spec["full_attention_interval"] == 0:
-                t += attn(i, q_mult=2) + [
-                    [f"blk.{i}.attn_q_norm.weight", "F32", [hd]],
-                    [f"blk.{i}.attn_k_norm.weight", "F32", [hd]],
-                ]
-            else:
-                ds, ng, dtr, dc = spec["ssm_d_state"], spec["ssm_n_group"], spec["ssm_dt_rank"], spec["ssm_d_conv"]
-                key_dim, value_dim = ds * ng, ds * dtr
-                t += [
-                    [f"blk.{i}.attn_qkv.weight", w, [e, key_dim * 2 + value_dim]],
-                    [f"blk.{i}.attn_gate.weight", w, [e, value_dim]],
-                    [f"blk.{i}.ssm_conv1d.weight", "F32", [dc, key_dim * 2 + value_dim]],
-                    [f"blk.{i}.ssm_dt.bias", "F32", [dtr]],
-                    [f"blk.{i}.ssm_a", "F32", [dtr]],
-                    [f"blk.{i}.ssm_beta.weight", "F16", [e, dtr]],
-                    [f"blk.{i}.ssm_alpha.weight", "F16", [e, dtr]],
-                    [f"blk.{i}.ssm_norm.weight", "F32", [ds]],
-                    [f"blk.{i}.ssm_out.weight", w, [value_dim, e]],
-                ]
-            t += ffn(i)
-        out += t
-    if arch == "qwen35":
-        for i in range(spec["n_layer"], spec["n_layer"] + spec.get("nextn", 0)):
-            out += [[f"blk.{i}.attn_norm.weight", "F32", [e]],
-                    [f"blk.{i}.post_attention_norm.weight", "F32", [e]]]
-            out += attn(i, q_mult=2) + [
-                [f"blk.{i}.attn_q_norm.weight", "F32", [hd]],
-                [f"blk.{i}.attn_k_norm.weight", "F32", [hd]],
-            ] + ffn(i) + [
-                [f"blk.{i}.nextn.eh_proj.weight", w, [2 * e, e]],
-                [f"blk.{i}.nextn.enorm.weight", "F32", [e]],
-                [f"blk.{i}.nextn.hnorm.weight", "F32", [e]],
-                [f"blk.{i}.nextn.shared_head_norm.weight", "F32", [e]],
-            ]
-    return out
-
-
-def header_for(kind, **overrides):
-    """The header (plain data) of matrix model `kind`, with spec overrides."""
-    spec = dict(SPECS[kind])
-    spec.update(overrides)
-    return {
-        "kind": kind,
-        "spec": spec,
-        "arch": spec["arch"],
-        "kv": _kv(spec["arch"], spec),
-        "tensors": _tensors(spec),
-        "vocab": {"rule": "dankfleet-spm-v1", "n_vocab": spec["n_vocab"]},
-    }
-
-
-def _vocab(n_vocab):
-    toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    toks += [f"\u2581t{i}" for i in range(n_vocab - len(toks))]
-    types = [2, 3, 3] + [6] * 256 + [1] * (n_vocab - 259)
-    scores = [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)]
-    return toks, scores, types
-
-
-_VT = {
-    "STRING": GGUFValueType.STRING, "UINT32": GGUFValueType.UINT32, "INT32": GGUFValueType.INT32,
-    "FLOAT32": GGUFValueType.FLOAT32, "BOOL": GGUFValueType.BOOL, "UINT64": GGUFValueType.UINT64,
-}
+def _dummy_array(spec):
+    n, t = spec["length"], spec["type"]
+    if t == "STRING":
+        return GGUFValueType.STRING, [f"t{i}" for i in range(n)]
+    if t == "FLOAT32":
+        return GGUFValueType.FLOAT32, [0.0] * n
+    return GGUFValueType[t], [1] * n
 
 
 def write_sparse_gguf(header, path):
-    """Write `header` as a GGUF at `path` whose tensor data is a hole of zeros.
+    """Rebuild header (from dump_header) at path: real metadata and tensor table, zeros for data.
 
-    Returns {"path", "file_size", "header_sha256"}.
+    The tokenizer's arrays come back with their recorded lengths and placeholder contents.
+    Returns the rebuilt file's path.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    w = GGUFWriter(str(tmp), header["arch"], use_temp_file=False)
-    # GGUFWriter adds general.architecture itself; the rest comes from the header
-    for key, vtype, value in header["kv"]:
+    arch = next(v for k, _t, v in header["kv"] if k == "general.architecture")
+    w = GGUFWriter(str(path), arch, use_temp_file=False)
+    for key, types, value in header["kv"]:
         if key == "general.architecture":
             continue
-        if vtype.startswith("ARRAY["):
-            sub = _VT[vtype[6:-1]]
-            w.add_key_value(key, list(value), GGUFValueType.ARRAY, sub_type=sub)
+        if types[0] == "ARRAY":
+            w.add_key_value(key, list(value), GGUFValueType.ARRAY, sub_type=GGUFValueType[types[-1]])
         else:
-            w.add_key_value(key, value, _VT[vtype])
-    toks, scores, types = _vocab(header["vocab"]["n_vocab"])
-    w.add_token_list(toks)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    for name, ttype, ne in header["tensors"]:
-        nbytes = tensor_nbytes(ttype, ne)
-        # numpy order is ggml order reversed; the dtype only selects F32/F16 when raw_dtype is None
-        w.add_tensor_info(name, list(reversed(ne)), np.dtype(np.float32), nbytes, raw_dtype=TYPES[ttype])
+            w.add_key_value(key, value, GGUFValueType[types[0]])
+    for key, spec in header["arrays"].items():
+        sub, vals = _dummy_array(spec)
+        w.add_key_value(key, vals, GGUFValueType.ARRAY, sub_type=sub)
+    if header.get("alignment"):
+        w.data_alignment = header["alignment"]
+    total = 0
+    for name, tname, ne in header["tensors"]:
+        nb = tensor_nbytes(tname, ne)
+        # numpy-order shape; with a non-uint8 dtype and raw_dtype the shape is taken as the element shape
+        w.add_tensor_info(name, list(reversed(ne)), np.dtype(np.float32), nb, raw_dtype=GGMLQuantizationType[tname])
+        total += GGUFWriter.ggml_pad(nb, w.data_alignment)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     fout = w.fout[0]
     w.write_padding(fout, fout.tell())
     data_start = fout.tell()
-    fout.flush()
-    head = Path(tmp).read_bytes()[:data_start]
-    total = data_start
-    for name, ttype, ne in header["tensors"]:
-        total += GGUFWriter.ggml_pad(tensor_nbytes(ttype, ne), w.data_alignment)
     w.close()
-    os.truncate(tmp, total)
-    os.replace(tmp, path)
-    return {"path": str(path), "file_size": total, "header_sha256": hashlib.sha256(head).hexdigest()}
+    os.truncate(path, data_start + total)
+    return str(path)
 
 
-def header_facts(header):
-    """Arithmetic facts of a header that the accuracy comparison needs."""
-    spec = header["spec"]
-    by_layer = {}
-    other = {}
-    for name, ttype, ne in header["tensors"]:
-        nb = tensor_nbytes(ttype, ne)
-        if name.startswith("blk."):
-            il = int(name.split(".")[1])
-            by_layer[il] = by_layer.get(il, 0) + nb
-        else:
-            other[name] = nb
-    return {"spec": spec, "layer_bytes": [by_layer[i] for i in sorted(by_layer)], "other_bytes": other}
+def header_sha256(header):
+    return hashlib.sha256(json.dumps({k: header[k] for k in ("kv", "arrays", "tensors")},
+                                     sort_keys=True).encode()).hexdigest()
 
 
 if __name__ == "__main__":
     import argparse
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description="generate the accuracy matrix's models")
     p.add_argument("--out", required=True)
-    p.add_argument("kinds", nargs="*", default=sorted(SPECS))
+    p.add_argument("names", nargs="*", default=sorted(MODELS))
     args = p.parse_args()
-    for k in args.kinds:
-        info = write_sparse_gguf(header_for(k), Path(args.out) / f"{k}.gguf")
-        print(json.dumps(info))
+    for n in args.names:
+        e = ensure_model(n, args.out)
+        print(json.dumps({"name": n, "path": e["path"], "size": e["size"], "sha256": e["sha256"]}))

@@ -49,7 +49,7 @@ import accuracy_models  # noqa: E402
 MIB = 1024 * 1024
 CACHE = Path(os.environ.get("DANKFLEET_CACHE", Path.home() / ".cache" / "dankfleet"))
 PREFIX = Path(os.environ.get("LLAMA_PREFIX", CACHE / "llama-b11434-cpu-rpc"))
-MODELS = CACHE / "accuracy-models"
+MODELS = CACHE / "accuracy-models" / "gen"
 PORTS = range(18600, 18700)  # docs/DEVELOPING.md: planner accuracy runs
 BUILD = "b11434"
 
@@ -57,7 +57,7 @@ DEFAULTS = {
     "ctx": 8192, "parallel": 1, "batch": 2048, "ubatch": 512,
     "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "on",
     "spec_type": [], "spec_draft_n_max": None, "drafter": None,
-    "devices": "local", "tensor_split": None,
+    "devices": "local", "n_devices": 2, "tensor_split": None,
 }
 
 
@@ -369,9 +369,9 @@ def measure(cfg, bindir=None, endpoints=None, fit_params=True):
     """Measure one configuration; returns the JSON-able result."""
     cfg = normalize(cfg)
     bindir = Path(bindir or PREFIX / "bin")
-    need = 2 if cfg["devices"] == "rpc" else 0
+    need = cfg["n_devices"] if cfg["devices"] == "rpc" else 0
     with contextlib.ExitStack() as st:
-        if need and not endpoints:
+        if need and len(endpoints or []) < need:
             endpoints = st.enter_context(rpc_servers(need, bindir))
         endpoints = list(endpoints or [])[:need]
         run = run_server(cfg, endpoints, bindir)
@@ -399,8 +399,14 @@ def measure(cfg, bindir=None, endpoints=None, fit_params=True):
 # ---------------------------------------------------------------------------
 
 # ctx values per model: KV in the hundreds of MiB at the larger one
-CTX = {"dense": (8192, 32768), "hybrid": (32768, 131072), "hybrid_mtp": (32768, 131072), "swa": (32768, 131072)}
+CTX = {"dense": (8192, 32768), "hybrid": (32768, 65536), "hybrid_mtp": (32768, 65536), "swa": (32768, 131072)}
 SPLITS = ([1, 1], [3, 1])
+
+
+def _cfg(id_, kind, **kw):
+    c = {"id": id_, "kind": kind}
+    c.update(kw)
+    return c
 
 
 def matrix():
@@ -410,8 +416,10 @@ def matrix():
     on two RPC devices with flash attention on (the deployed setting): every
     factor and every pair of factors is varied, in 16 loads instead of 32.
     Then flash attention off at f16 (the compute law without FA), one local
-    (host-only) load per model, and the speculative shapes: MTP on the qwen35
-    head and a dense draft-simple drafter on either device.
+    (host-only) load per model, the speculative shapes (MTP on the qwen35 head,
+    a draft-simple drafter pinned to either device or split),
+    geometry variants that separate the compute law's n_embd and n_ff terms,
+    and one and three RPC devices (pipeline-parallel copies off / a middle card).
     """
     out = []
     for kind in ("dense", "hybrid", "hybrid_mtp", "swa"):
@@ -419,77 +427,86 @@ def matrix():
             if (ci + pi + ui + ki + ti) % 2:
                 continue
             kv = ("f16", "q8_0")[ki]
-            out.append({"id": f"{kind}-c{CTX[kind][ci]}-np{(1, 2)[pi]}-ub{(512, 2048)[ui]}-{kv}-ts{''.join(map(str, SPLITS[ti]))}",
-                        "kind": kind, "ctx": CTX[kind][ci], "parallel": (1, 2)[pi], "ubatch": (512, 2048)[ui],
-                        "cache_type_k": kv, "cache_type_v": kv, "devices": "rpc", "tensor_split": SPLITS[ti]})
+            ctx, np_, ub, ts = CTX[kind][ci], (1, 2)[pi], (512, 2048)[ui], SPLITS[ti]
+            out.append(_cfg(f"{kind}-c{ctx}-np{np_}-ub{ub}-{kv}-ts{ts[0]}{ts[1]}", kind, ctx=ctx, parallel=np_,
+                            ubatch=ub, cache_type_k=kv, cache_type_v=kv, devices="rpc", tensor_split=ts))
         for ci, ui in itertools.product(range(2), repeat=2):
-            ctx = CTX[kind][0] // (1, 4)[ci] if kind != "dense" else CTX[kind][ci] // 2
-            out.append({"id": f"{kind}-c{ctx}-np2-ub{(512, 2048)[ui]}-f16-nofa-ts11", "kind": kind, "ctx": ctx,
-                        "parallel": 2, "ubatch": (512, 2048)[ui], "flash_attn": "off",
-                        "devices": "rpc", "tensor_split": [1, 1]})
-        out.append({"id": f"{kind}-c{CTX[kind][0]}-np2-ub512-f16-local", "kind": kind, "ctx": CTX[kind][0],
-                    "parallel": 2, "ubatch": 512, "devices": "local"})
+            ctx, ub = CTX[kind][0] // (1, 4)[ci], (512, 2048)[ui]
+            out.append(_cfg(f"{kind}-c{ctx}-np2-ub{ub}-f16-nofa-ts11", kind, ctx=ctx, parallel=2, ubatch=ub,
+                            flash_attn="off", devices="rpc", tensor_split=[1, 1]))
+        out.append(_cfg(f"{kind}-c{CTX[kind][0]}-np2-ub512-f16-local", kind, ctx=CTX[kind][0], parallel=2,
+                        ubatch=512, devices="local"))
     for ci, ui in itertools.product(range(2), repeat=2):
-        ctx = CTX["hybrid_mtp"][ci]
-        out.append({"id": f"hybrid_mtp-c{ctx}-np2-ub{(512, 2048)[ui]}-f16-mtp3-ts11", "kind": "hybrid_mtp",
-                    "ctx": ctx, "parallel": 2, "ubatch": (512, 2048)[ui], "devices": "rpc", "tensor_split": [1, 1],
-                    "spec_type": ["draft-mtp"], "spec_draft_n_max": 3})
-    out.append({"id": "hybrid_mtp-c32768-np1-ub512-q8_0-mtp7-ts31", "kind": "hybrid_mtp", "ctx": 32768,
-                "parallel": 1, "ubatch": 512, "cache_type_k": "q8_0", "cache_type_v": "q8_0", "devices": "rpc",
-                "tensor_split": [3, 1], "spec_type": ["draft-mtp"], "spec_draft_n_max": 7})
-    for dev in ("RPC1", "RPC0"):
-        out.append({"id": f"dense-c32768-np2-ub512-f16-simple-{dev.lower()}-ts11", "kind": "dense", "ctx": 32768,
-                    "parallel": 2, "ubatch": 512, "devices": "rpc", "tensor_split": [1, 1],
-                    "spec_type": ["draft-simple"], "spec_draft_n_max": 8, "drafter_kind": "drafter",
-                    "draft_device": dev})
+        ctx, ub = CTX["hybrid_mtp"][ci], (512, 2048)[ui]
+        out.append(_cfg(f"hybrid_mtp-c{ctx}-np2-ub{ub}-f16-mtp3-ts11", "hybrid_mtp", ctx=ctx, parallel=2, ubatch=ub,
+                        devices="rpc", tensor_split=[1, 1], spec_type=["draft-mtp"], spec_draft_n_max=3))
+    out.append(_cfg("hybrid_mtp-c32768-np1-ub512-q8_0-mtp7-ts31", "hybrid_mtp", ctx=32768, parallel=1, ubatch=512,
+                    cache_type_k="q8_0", cache_type_v="q8_0", devices="rpc", tensor_split=[3, 1],
+                    spec_type=["draft-mtp"], spec_draft_n_max=7))
+    out.append(_cfg("hybrid_mtp-c32768-np2-ub512-f16-mtp3-local", "hybrid_mtp", ctx=32768, parallel=2, ubatch=512,
+                    devices="local", spec_type=["draft-mtp"], spec_draft_n_max=3))
+    for dev in ("RPC1", "RPC0", None):
+        tag = dev.lower() if dev else "split"
+        out.append(_cfg(f"dense-c32768-np2-ub512-f16-simple-{tag}-ts11", "dense", ctx=32768, parallel=2, ubatch=512,
+                        devices="rpc", tensor_split=[1, 1], spec_type=["draft-simple"], spec_draft_n_max=8,
+                        drafter_kind="drafter", draft_device=dev))
+    # no DFlash drafter: b11434 aborts reserving the generated medium draft-dflash graph (ggml-backend.cpp:2133
+    # hash_set.size >= n_nodes + n_leafs at -ub 512; ggml_reshape_3d in build_dflash2_selector at -np 2)
+    for kind in ("dense_ff8k", "dense_e2k"):
+        for ub in (512, 2048):
+            out.append(_cfg(f"{kind}-c8192-np1-ub{ub}-f16-ts11", kind, ctx=8192, parallel=1, ubatch=ub,
+                            devices="rpc", tensor_split=[1, 1]))
+    for ub in (512, 2048):
+        out.append(_cfg(f"dense-c8192-np1-ub{ub}-f16-rpc3-ts111", "dense", ctx=8192, parallel=1, ubatch=ub,
+                        devices="rpc", n_devices=3, tensor_split=[1, 1, 1]))
+        out.append(_cfg(f"dense-c8192-np1-ub{ub}-f16-rpc1", "dense", ctx=8192, parallel=1, ubatch=ub,
+                        devices="rpc", n_devices=1))
     return out
 
 
-def model_record(kind):
-    header = accuracy_models.header_for(kind)
-    path = MODELS / f"{kind}.gguf"
-    info = accuracy_models.write_sparse_gguf(header, path)
-    return header, info
+def model_record(name, out_dir):
+    """Generate (once) the matrix model `name`; its path and the fixture's record of it."""
+    entry = accuracy_models.ensure_model(name, MODELS)
+    header = accuracy_models.dump_header(entry["path"])
+    kind, overrides = accuracy_models.MODELS[name]
+    rec = {"name": name, "generator": {"script": "tests/lab/gen_models.py", "kind": kind, "scale": "medium",
+                                       "overrides": overrides, "seed": entry["seed"],
+                                       "recipe_sha256": entry["recipe_sha256"]},
+           "file_size": entry["size"], "sha256": entry["sha256"], "header": header}
+    return entry["path"], rec
 
 
 def run_matrix(out_dir, only=None, bindir=None, force=False):
     out_dir = Path(out_dir)
     (out_dir / "models").mkdir(parents=True, exist_ok=True)
     bindir = Path(bindir or PREFIX / "bin")
-    models = {}
+    paths = {}
     todo = [c for c in matrix() if not only or any(re.search(o, c["id"]) for o in only)]
     todo = [c for c in todo if force or not (out_dir / f"{c['id']}.json").exists()]
     print(f"{len(todo)} configurations to measure", file=sys.stderr)
-    with rpc_servers(2, bindir) as endpoints:
+    n_rpc = max([c.get("n_devices", 2) for c in todo if c.get("devices") == "rpc"] or [0])
+    with rpc_servers(n_rpc, bindir) if n_rpc else contextlib.nullcontext([]) as endpoints:
         for i, c in enumerate(todo):
-            for k in {c["kind"], c.get("drafter_kind")} - {None}:
-                if k not in models:
-                    header, info = model_record(k)
-                    models[k] = info
-                    rec = {"kind": k, "file_size": info["file_size"], "header_sha256": info["header_sha256"],
-                           "header": header}
+            for k in (c["kind"], c.get("drafter_kind")):
+                if k and k not in paths:
+                    paths[k], rec = model_record(k, out_dir)
                     (out_dir / "models" / f"{k}.json").write_text(json.dumps(rec, indent=1) + "\n")
             cfg = {k: v for k, v in c.items() if k not in ("id", "kind", "drafter_kind")}
-            cfg["model"] = models[c["kind"]]["path"]
+            cfg["model"] = paths[c["kind"]]
             if c.get("drafter_kind"):
-                cfg["drafter"] = models[c["drafter_kind"]]["path"]
+                cfg["drafter"] = paths[c["drafter_kind"]]
             t0 = time.monotonic()
             res = measure(cfg, bindir, endpoints)
-            res["id"] = c["id"]
-            res["model"] = {"kind": c["kind"], "header_sha256": models[c["kind"]]["header_sha256"],
-                            "file_size": models[c["kind"]]["file_size"]}
-            if c.get("drafter_kind"):
-                res["drafter"] = {"kind": c["drafter_kind"],
-                                  "header_sha256": models[c["drafter_kind"]]["header_sha256"],
-                                  "file_size": models[c["drafter_kind"]]["file_size"]}
+            out = {"id": c["id"], "model": c["kind"], "drafter": c.get("drafter_kind")}
+            out.update(res)
             # paths and ports are of this machine only
-            res["config"]["model"] = f"{c['kind']}.gguf"
-            if res["config"].get("drafter"):
-                res["config"]["drafter"] = f"{c['drafter_kind']}.gguf"
-            res.pop("endpoints", None)
-            res["cmd"] = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", re.sub(r"^/.*/", "", a)) for a in res["cmd"]]
-            (out_dir / f"{c['id']}.json").write_text(json.dumps(res, indent=1) + "\n")
-            print(f"[{i + 1}/{len(todo)}] {c['id']}: ok={res['ok']} {time.monotonic() - t0:.1f}s", file=sys.stderr)
+            out["config"]["model"] = f"{c['kind']}.gguf"
+            if out["config"].get("drafter"):
+                out["config"]["drafter"] = f"{c['drafter_kind']}.gguf"
+            out.pop("endpoints", None)
+            out["cmd"] = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", re.sub(r"^/.*/", "", a)) for a in out["cmd"]]
+            (out_dir / f"{c['id']}.json").write_text(json.dumps(out, indent=1) + "\n")
+            print(f"[{i + 1}/{len(todo)}] {c['id']}: ok={out['ok']} {time.monotonic() - t0:.1f}s", file=sys.stderr)
 
 
 def main(argv=None):
