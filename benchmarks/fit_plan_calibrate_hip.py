@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Re-derive fit_plan's ``hip`` profile from the runbook's rocm-smi figures and print the residuals.
 
     .venv/bin/python benchmarks/fit_plan_calibrate_hip.py            # residuals of the current profile
@@ -62,12 +61,12 @@ def _nnls_minimax(A, y, fixed):
     n = A.shape[1]
     w = np.ones(len(y))
     sol = np.zeros(n)
-    for _ in range(60):
+    for dummy in range(60):
         free = [j for j in range(n) if j not in fixed]
         while True:
             Aw = A[:, free] * w[:, None]
-            x, *_ = np.linalg.lstsq(Aw, (y - A[:, list(fixed)] @ np.array([fixed[j] for j in fixed]) if fixed else y) * w,
-                                    rcond=None)
+            x = np.linalg.lstsq(Aw, (y - A[:, list(fixed)] @ np.array([fixed[j] for j in fixed]) if fixed else y) * w,
+                                rcond=None)[0]
             if (x >= 0).all() or not free:
                 break
             free = [j for j, v in zip(free, x) if v >= 0]

@@ -23,7 +23,8 @@ description:
     without a sliding window caches the whole window; C(draft-mtp) puts the nextn layer's weights, KV and
     draft buffers on the card holding the last layers.
   - Compute buffers come from per-backend constants (C(hip) fitted to the runbook's rocm-smi figures,
-    C(cpu) and C(cuda) placeholders) kept in C(PROFILES) in C(plugins/module_utils/fit_plan.py).
+    C(cpu) a first cut from llama-fit-params, C(cuda) a placeholder) kept in C(PROFILES) in
+    C(plugins/module_utils/fit_plan.py).
   - Malformed input (missing fields, no GPU, a split whose length differs from the device count, an
     architecture whose layers cannot be sized) fails the task with a message naming the field. A plan that
     does not fit, or breaks a speculative-decoding or cache-ram rule, is returned with O(fits=false) and the
@@ -140,7 +141,7 @@ options:
     description: The host's RAM, for the cache-ram limit (half of it).
     type: int
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 """
 
 EXAMPLES = r"""

@@ -99,16 +99,19 @@ PROFILES = {
         "mmproj_compute_bytes": 37 * MIB,
     },
     "cpu": {
-        "source": "PLACEHOLDER until the accuracy matrix (issue 3 item 4) calibrates it from llama-server / "
-                  "llama-fit-params b11434 runs over ggml-rpc-server devices; structure as hip, no driver overhead.",
+        "source": "FIRST CUT, to be calibrated by the accuracy matrix (issue 3 item 4: llama-server / llama-fit-params "
+                  "b11434 over ggml-rpc-server devices). From llama-fit-params -fitp on the small generated "
+                  "qwen35-mtp and dense-llama (-fa on): compute = 2 B x n_ctx_seq x ubatch (the f16 KQ mask) + "
+                  "~1 MiB, e.g. 65536/ub512 -> 65 MiB, 65536/ub1024 -> 131 MiB, 262144/np4 -> 65 MiB; toy models "
+                  "(n_embd 64) cannot show the activation terms, left at 0.",
         "device_overhead_bytes": 0,
-        "compute_base_bytes": 16 * MIB,
-        "act_embd_bytes": 16.0,
-        "act_ff_bytes": 12.0,
-        "mask_bytes_per_cell": 6.0,
+        "compute_base_bytes": 1 * MIB,
+        "act_embd_bytes": 0.0,
+        "act_ff_bytes": 0.0,
+        "mask_bytes_per_cell": 2.0,
         "logits_ubatch_bytes": 0.0,
-        "draft_compute_base_bytes": 16 * MIB,
-        "mmproj_compute_bytes": 128 * MIB,
+        "draft_compute_base_bytes": 1 * MIB,
+        "mmproj_compute_bytes": 0,
     },
     "cuda": {
         "source": "PLACEHOLDER copied from hip until the GPU-validation issue measures CUDA (nvidia-smi).",
@@ -166,8 +169,8 @@ def _gpu_list(gpus):
         where = "gpus[%d]" % i
         if not isinstance(g, dict):
             raise FitPlanError("%s must be a dict with name and vram_total_bytes, got %r" % (where, g))
-        if g.get("integrated"):
-            skipped.append(str(g.get("name", i)))
+        if g.get("integrated") or g.get("hidden"):
+            skipped.append(str(g.get("name") or g.get("marketing_name") or "gpus[%d]" % i))
             continue
         name = g.get("name")
         if name in (None, ""):
@@ -181,9 +184,9 @@ def _gpu_list(gpus):
                     "narrowest_link_width": width, "narrowest_link_gbps": gbps,
                     "device": g.get("device") or g.get("llama_device")})
     if not out:
+        excluded = " (integrated GPUs excluded: %s)" % ", ".join(skipped) if skipped else ""
         raise FitPlanError("gpus: no usable GPU%s -- this host has nothing to split the model over; plan for a "
-                           "host with at least one discrete GPU" % (" (integrated GPUs excluded: %s)" % ", ".join(skipped)
-                                                                   if skipped else ""))
+                           "host with at least one discrete GPU" % excluded)
     return out, skipped
 
 
@@ -416,8 +419,9 @@ def _prepare(gpus, model, serve, drafter, mmproj):
         _check_facts(drafter, "drafter")
     c.drafter = drafter
     if mmproj is not None:
-        if not isinstance(mmproj, dict) or not (mmproj.get("is_mmproj") or mmproj.get("mmproj_bytes") or
-                                                 (mmproj.get("mmproj") or {}).get("bytes")):
+        looks_like = isinstance(mmproj, dict) and (mmproj.get("is_mmproj") or mmproj.get("mmproj_bytes")
+                                                   or (mmproj.get("mmproj") or {}).get("bytes"))
+        if not looks_like:
             raise FitPlanError("mmproj must be gguf_info facts of an mmproj GGUF (is_mmproj true, mmproj_bytes); "
                                "got %s" % (sorted(mmproj) if isinstance(mmproj, dict) else type(mmproj).__name__))
     c.mmproj = mmproj
@@ -626,8 +630,9 @@ def _evaluate(c, split, n_ctx_req):
         total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
                  + d["compute_bytes"] + d["overhead_bytes"])
         free = g["vram_total_bytes"] - g["vram_reserved_bytes"] - total
-        row = dict((k, d[k]) for k in ("name", "layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "draft_bytes",
-                                        "mmproj_bytes", "compute_bytes", "overhead_bytes"))
+        keys = ("name", "layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "draft_bytes", "mmproj_bytes",
+                "compute_bytes", "overhead_bytes")
+        row = dict((k, d[k]) for k in keys)
         row.update({"index": d["index"], "total_bytes": int(total), "free_bytes": int(free),
                     "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
                     "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
@@ -661,8 +666,10 @@ def _candidate_splits(c):
 
 
 def _fits_key(ev, floor):
-    """Sort key: passing splits first, then the smallest gap, then the largest minimum free."""
-    return (0 if _passes(ev, floor) else 1, ev["gap_bytes"], -ev["min_free_bytes"])
+    """Sort key: splits that keep the floor, by smallest gap; failing ones by the least-starved card."""
+    if _passes(ev, floor):
+        return (0, ev["gap_bytes"], -ev["min_free_bytes"])
+    return (1, -ev["min_free_bytes"], ev["gap_bytes"])
 
 
 def _local_search(c, n_ctx, floor):
@@ -724,7 +731,7 @@ def _apply_lean(c, best, evs, n_ctx, floor, warnings, errors):
     to = max(neighbours, key=lambda j: best["devices"][j]["free_bytes"])
     moved = 0
     cur = best
-    for _ in range(k):
+    for dummy in range(k):
         if split[narrow] <= 1:
             break
         split[narrow] -= 1
@@ -857,7 +864,7 @@ def _max_ctx(c, split, floor, auto):
     def ok(k):
         n_ctx = k * unit
         if auto:
-            best, _ = _search(c, n_ctx, floor)
+            best = _search(c, n_ctx, floor)[0]
         else:
             best = _evaluate(c, split, n_ctx)
         return _passes(best, floor), best

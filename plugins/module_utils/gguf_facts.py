@@ -134,7 +134,7 @@ def _layer_kinds(g, arch, n_layer_all, n_layer, head_kv, n_ff, swa_window):
     elif arch in RECURRENT_ARCHS:
         kinds = [KIND_RECURRENT] * n_layer_all
     elif arch in SWA_PATTERN_ARCHS:
-        default_n, _ = SWA_PATTERN_ARCHS[arch]
+        default_n = SWA_PATTERN_ARCHS[arch][0]
         if swa_window:
             kinds = [KIND_SWA if f else KIND_ATTENTION for f in from_pattern(default_n)]
             swa_type = "standard"

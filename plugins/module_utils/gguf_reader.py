@@ -245,7 +245,7 @@ def _read_value(st, type_id, what, depth=0):
         raw = st.read(size * count, what)
         values = list(struct.unpack(st.endian + elem_fmt * count, raw)) if count else []
     else:
-        values = [st.string(what) for _ in range(count)]
+        values = [st.string(what) for dummy in range(count)]
     return "ARRAY[%s]" % elem_name, values
 
 
@@ -306,7 +306,7 @@ def read_gguf(path):
             n_dims = st.unpack("I", "dimension count of tensor %r" % name)
             if n_dims > GGML_MAX_DIMS:
                 raise GGUFError(path, "corrupt: tensor %r has %d dimensions, ggml allows at most %d" % (name, n_dims, GGML_MAX_DIMS))
-            shape = [st.unpack("q", "shape of tensor %r" % name) for _ in range(n_dims)]
+            shape = [st.unpack("q", "shape of tensor %r" % name) for dummy in range(n_dims)]
             if any(d < 0 for d in shape):
                 raise GGUFError(path, "corrupt: tensor %r has a negative dimension %s" % (name, shape))
             type_id = st.unpack("I", "type of tensor %r" % name)

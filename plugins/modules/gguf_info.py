@@ -31,11 +31,13 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return the same facts.
     support: full
   diff_mode:
+    description: Nothing is changed, so there is nothing to diff.
     support: none
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 """
 
 EXAMPLES = r"""
