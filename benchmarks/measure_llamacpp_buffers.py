@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Measure what llama.cpp b11434 allocates per device, as JSON.
 
 One configuration = {model, ctx, parallel, batch, ubatch, cache types, flash
@@ -256,6 +256,16 @@ def device_of(buft, endpoints=()):
     return "host"
 
 
+def endpoints_from_log(lines):
+    """The --rpc endpoints in device order, read back from the memory breakdown ("- RPC1 (host:port)")."""
+    found = {}
+    for ln in lines:
+        m = re.search(r"memory_breakdown_print: \|\s+-\s+RPC(\d+) \(([^)]+)\)", ln)
+        if m:
+            found[int(m.group(1))] = m.group(2)
+    return [found[i] for i in sorted(found)]
+
+
 def mib(x):
     return int(round(float(x) * MIB))
 
@@ -456,6 +466,8 @@ def matrix():
         for ub in (512, 2048):
             out.append(_cfg(f"{kind}-c8192-np1-ub{ub}-f16-ts11", kind, ctx=8192, parallel=1, ubatch=ub,
                             devices="rpc", tensor_split=[1, 1]))
+            out.append(_cfg(f"{kind}-c8192-np2-ub{ub}-f16-nofa-ts11", kind, ctx=8192, parallel=2, ubatch=ub,
+                            flash_attn="off", devices="rpc", tensor_split=[1, 1]))
     for ub in (512, 2048):
         out.append(_cfg(f"dense-c8192-np1-ub{ub}-f16-rpc3-ts111", "dense", ctx=8192, parallel=1, ubatch=ub,
                         devices="rpc", n_devices=3, tensor_split=[1, 1, 1]))
