@@ -123,8 +123,9 @@ def predicted(fx, facts):
         h.update((k, dev[k]) for k in ("kv", "recurrent", "compute", "draft_kv", "draft_compute"))
         h["weights"] += dev["weights"] - (model["token_embd_bytes"] if model.get("output_tied") else 0)
         h["draft_weights"] += dev["draft_weights"]
-    h["total"] = sum(h.get(k, 0) for k in ("weights", "kv", "recurrent", "compute", "output", "draft_weights",
-                                            "draft_kv", "draft_compute", "draft_output"))
+    parts = ("weights", "kv", "recurrent", "compute", "output", "draft_weights", "draft_kv", "draft_compute",
+             "draft_output")
+    h["total"] = sum(h.get(k, 0) for k in parts)
     out["host"] = h
     return out, r
 
@@ -210,8 +211,8 @@ def main(argv=None):
         return 0
     show = [r for r in rows if not r["ok"]] if args.failures else rows
     w = max([len(r["config"]) for r in show] + [6])
-    print("%-*s %-6s %-13s %12s %12s %10s %9s %s" % (w, "config", "device", "component", "pred MiB", "meas MiB",
-                                                    "err MiB", "bound", "ok"))
+    head = ("config", "device", "component", "pred MiB", "meas MiB", "err MiB", "bound", "ok")
+    print("%-*s %-6s %-13s %12s %12s %10s %9s %s" % ((w,) + head))
     for r in show:
         print("%-*s %-6s %-13s %12s %12s %10s %9s %s" % (
             w, r["config"], r["device"], r["component"], _mib(r["predicted"]), _mib(r["measured"]),
