@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """fit_plan: size a llama.cpp layer-split deployment before it is deployed.
 
 Plain Python (no Ansible import): ``plan(gpus, model, serve, drafter=None, mmproj=None,

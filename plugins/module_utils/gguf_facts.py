@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The sizing facts of a GGUF file, derived the way llama.cpp b11434 derives them.
 
 ``gguf_facts(path)`` reads the header with gguf_reader (never the tensor data) and

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Stdlib-only GGUF reader: header, key/value metadata and the tensor table.
 
 Tensor data is never read. Byte sizes are computed from the ggml type traits of

@@ -158,6 +158,19 @@ def test_model_answers(lab_models, llama_server, name):
 # (target, extra args, a line b11434 logs at the default verbosity when that drafter is set up).
 # draft-simple and draft-mtp log "adding speculative implementation" only at trace level (-lv 4)
 # in b11434; draft-dflash logs it at info. The metric is the proof either way.
+@pytest.mark.parametrize("kind,overrides,want_types", [
+    ("qwen35-mtp", {"tensor_type": "q8_0"}, {"Q8_0", "F32"}),
+    ("dense-llama", {"tensor_type": "f32", "n_layer": 3}, {"F32"}),
+    ("swa-dense", {"tensor_type": "q8_0", "sliding_window": 64}, {"Q8_0", "F32"}),
+], ids=["qwen35-mtp-q8_0", "dense-llama-f32", "swa-dense-q8_0"])
+def test_variant_answers(tmp_path, llama_server, kind, overrides, want_types):
+    entry = gen_models.write_model(kind, tmp_path / f"{kind}.gguf", **overrides)
+    stored = {t.tensor_type.name for t in gguf.GGUFReader(entry["path"]).tensors}
+    assert stored == want_types == set(entry["stored_types"])
+    with llama_server(entry["path"], "-np", "1") as srv:
+        assert _complete(srv, n_predict=4)["tokens_predicted"] == 4
+
+
 SPEC_CASES = {
     "dense-llama+draft-simple": ("dense-llama", ["--spec-type", "draft-simple", "--spec-draft-model", "@draft-small"],
                                  "common_speculative_init_result: loading draft model"),
@@ -166,6 +179,11 @@ SPEC_CASES = {
     "qwen35-hybrid+draft-dflash": ("qwen35-hybrid",
                                    ["--spec-type", "draft-dflash", "--spec-draft-model", "@draft-dflash"],
                                    "adding speculative implementation 'draft-dflash'"),
+    # the runbook's DFlash2 era: a target that carries its own MTP head, drafted by DFlash2 at n_max 7
+    "qwen35-mtp+draft-dflash@7": ("qwen35-mtp",
+                                  ["--spec-type", "draft-dflash", "--spec-draft-model", "@draft-dflash",
+                                   "--spec-draft-n-max", "7"],
+                                  "block_size=8, mask_token_id="),
 }
 
 
