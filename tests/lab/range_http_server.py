@@ -12,7 +12,7 @@ path prefix, so a test can aim a download at a fault without a second server:
     /_fault/stall-3-once,rate-1000000/a.gguf  several faults, comma-separated
 
 Faults (N, S are integers; any fault may end in "-once", which makes it fire
-only on the first request for that fault+file and serve clean afterwards):
+only on the first request for that fault+file(+query) and serve clean afterwards):
 
     drop-after-N    send N body bytes of this response, then close the socket
     ignore-range    answer 200 with the whole file even when Range was asked
@@ -200,7 +200,8 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             self.server.record(entry)
 
     def _answer(self, head, entry):
-        raw = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        split = urllib.parse.urlsplit(self.path)
+        raw = urllib.parse.unquote(split.path)
         faults = []
         if raw.startswith(FAULT_PREFIX):
             spec, _, rest = raw[len(FAULT_PREFIX):].partition("/")
@@ -210,9 +211,11 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             except FaultSpecError as e:
                 return self._plain(400, str(e))
             raw = "/" + rest
-        # A "-once" fault fires only on the first request for that fault+file.
+        # A "-once" fault fires only on the first request for that fault+file
+        # (+query: a test can add ?anything to get a fresh "once").
+        once_key = raw + ("?" + split.query if split.query else "")
         faults = [f for f in faults
-                  if not f["once"] or self.server.claim_once((f["spec"], raw))]
+                  if not f["once"] or self.server.claim_once((f["spec"], once_key))]
 
         if self.server.token is not None:
             want = "Bearer " + self.server.token
