@@ -64,7 +64,7 @@ options:
     required: true
   token:
     description:
-      - Bearer token for gated repositories, sent as C(Authorization: Bearer <token>).
+      - "Bearer token for gated repositories, sent as C(Authorization: Bearer <token>)."
     type: str
   verify:
     description:

@@ -6,6 +6,7 @@ request log. Each fault must end with a verified file or a clear failure,
 and never with a promoted wrong file.
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -258,6 +259,42 @@ def test_token_required_and_accepted(served, served_token, tmp_path):
     r = run(served, dest, u, token=TOKEN)
     assert r["status"] == "downloaded"
     assert_verified_on_disk(served, dest)
+
+
+def test_token_not_sent_to_a_redirect_on_another_origin(served, served_token, tmp_path):
+    # The Hub answers /resolve/ with a redirect to a signed CDN URL: the token stays home.
+    dest = tmp_path / "m.gguf"
+    other_port = int(served["base"].rsplit(":", 1)[1])
+    u = "%s/_fault/redirect-%d/models/payload.gguf" % (served_token["base"], other_port)
+    mark = len(served["server"].requests)
+    r = run(served, dest, u, token=TOKEN)
+    assert r["status"] == "downloaded"
+    (hop,) = requests_since(served, mark)
+    assert hop["path"] == "/models/payload.gguf" and hop["auth"] is False
+    assert_verified_on_disk(served, dest)
+
+
+def test_token_kept_on_a_same_origin_redirect(served, served_token, tmp_path):
+    dest = tmp_path / "m.gguf"
+    server = served_token["server"]
+    own_port = int(served_token["base"].rsplit(":", 1)[1])
+    mark = len(server.requests)
+    r = run(served, dest, "%s/_fault/redirect-%d/models/payload.gguf" % (served_token["base"], own_port),
+            token=TOKEN)
+    assert r["status"] == "downloaded"
+    assert [(q["status"], q["auth"]) for q in server.requests[mark:]] == [(302, True), (200, True)]
+
+
+def test_concurrent_fetch_in_the_same_directory_is_refused(served, tmp_path):
+    fd = os.open(str(tmp_path), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(FetchError) as e:
+            run(served, tmp_path / "m.gguf")
+        assert "another gguf_fetch" in e.value.msg
+    finally:
+        os.close(fd)
+    assert listing(tmp_path) == []
 
 
 def test_404_fails_at_once(served, tmp_path):
