@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """gguf_fetch's download logic against `curl -o`, same file, same loopback server, same run.
 
-    python benchmarks/fetch_vs_curl.py [--size-gib 2] [--rounds 3] [--dir /tmp]
+    python3 benchmarks/fetch_vs_curl.py [--size-gib 2] [--rounds 3] [--dir /tmp]
 
 Serves a sparse file of --size-gib GiB (a hole reads as zeros at page-cache
 speed, so the server is not the bottleneck) with tests/lab/range_http_server.py

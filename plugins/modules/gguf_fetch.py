@@ -12,7 +12,7 @@ module: gguf_fetch
 short_description: Resumable, byte-verified download of a large model file
 version_added: 0.1.0
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 description:
   - Downloads O(url) to O(dest) through C(<dest>.part), resuming an interrupted
     download with an HTTP Range request, and computes sha256 while the bytes

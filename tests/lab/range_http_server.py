@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A small HTTP file server with Range support and per-request fault injection.
 
 The lab's model mirror and the gguf_fetch tests' server. Python stdlib only
@@ -31,8 +30,8 @@ Protocol: GET and HEAD; Accept-Ranges: bytes; a single "bytes=" range
 which RFC 9110 allows). If-Range with a non-matching ETag serves the whole
 file. With a token, requests without "Authorization: Bearer <token>" get 401.
 
-CLI:    range_http_server.py --root DIR [--port 0] [--bind 127.0.0.1]
-                             [--token T | --token-file F] [--quiet]
+CLI:    python3 range_http_server.py --root DIR [--port 0] [--bind 127.0.0.1]
+                                     [--token T | --token-file F] [--quiet]
         prints "LISTENING <port>" on stdout once it accepts connections.
         The token may also come from $RANGE_HTTP_TOKEN (keeps it off ps).
 Python: server, port = serve(root, port=0, token=None)   # runs in a thread
