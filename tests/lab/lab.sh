@@ -12,7 +12,7 @@ name=${LAB_CONTAINER:-dankfleet-lab}
 image=${LAB_IMAGE:-localhost/dankfleet-lab:bookworm}
 
 if ! podman container exists "$name"; then
-  podman run -d --name "$name" --hostname "$name" --systemd=always --network host \
+  podman run -d --name "$name" --hostname "$name" --systemd=always --network host --cap-add SYS_ADMIN \
     -v "$cache:/srv/dankfleet-cache:ro" "$image" /sbin/init >/dev/null
 elif [[ $(podman inspect -f '{{.State.Running}}' "$name") != true ]]; then
   podman start "$name" >/dev/null
