@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Resumable, byte-verified download of one large file (a GGUF payload).
 
 Plain Python (stdlib only) so tests and benchmarks import it directly; the
