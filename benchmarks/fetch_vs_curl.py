@@ -20,9 +20,9 @@ both) so the price of durability is a figure, not a surprise.
 import argparse
 import hashlib
 import os
+import random
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,16 +37,19 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import fe
 SERVER = os.path.join(REPO, "tests", "lab", "range_http_server.py")
 
 
-def free_port(lo=18500, hi=18599):
-    for port in range(lo, hi + 1):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
+def start_server(root, lo=18500, hi=18599):
+    """Start range_http_server on the first port of the benchmarks' range that binds.
+
+    Binding is the test: a probe-then-start would race other engineers' benchmarks.
+    """
+    ports = list(range(lo, hi + 1))
+    random.shuffle(ports)
+    for port in ports:
+        p = subprocess.Popen([sys.executable, SERVER, "--root", root, "--port", str(port), "--quiet"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if p.stdout.readline().split() == ["LISTENING", str(port)]:
+            return p, port
+        p.wait(timeout=10)
     raise SystemExit("no free port in %d-%d" % (lo, hi))
 
 
@@ -110,10 +113,7 @@ def main():
         with open(os.path.join(root, "big.gguf"), "wb") as f:
             f.truncate(size)
         sha = sparse_sha256(size)
-        port = free_port()
-        srv = subprocess.Popen([sys.executable, SERVER, "--root", root, "--port", str(port), "--quiet"],
-                               stdout=subprocess.PIPE, text=True)
-        assert srv.stdout.readline().split() == ["LISTENING", str(port)]
+        srv, port = start_server(root)
         url = "http://127.0.0.1:%d/big.gguf" % port
         out = os.path.join(work, "out.gguf")
         modes = {"on": [True], "off": [False], "both": [True, False]}[a.fsync]
