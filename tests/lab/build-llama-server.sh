@@ -58,12 +58,14 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DC
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
+# shellcheck disable=SC2016 # a literal $ORIGIN, for the dynamic linker
+rpath='$ORIGIN/../lib'
 build="$CACHE/build-b${BUILD_NUMBER}-cpu-rpc"
 start=$(date +%s)
 cmake -S "$src" -B "$build" "${generator[@]}" "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON \
-  -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+  -DCMAKE_INSTALL_RPATH="$rpath" -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
   -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DGGML_RPC=ON \
   -DLLAMA_OPENSSL=OFF \

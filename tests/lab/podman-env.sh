@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the Makefile and the lab scripts: point podman at the project's own
 # containers.conf (under .lab/) instead of editing /etc/containers on the host.
 # Measured on this machine kind: Debian's default crun fails on its cgroup layout,
