@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 export DANKFLEET_CACHE ?= $(HOME)/.cache/dankfleet
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
-export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
+export ANSIBLE_ROLES_PATH := $(CURDIR)/roles:$(CURDIR)/tests/lab/roles
 export CONTAINERS_CONF := $(CURDIR)/.lab/containers.conf
 export PYTHONDONTWRITEBYTECODE := 1
 # Scenarios run in this order; every directory under molecule/ with a molecule.yml is one.

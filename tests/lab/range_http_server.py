@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """A small HTTP file server with Range support and per-request fault injection.
 
 The lab's model mirror and the gguf_fetch tests' server. Python stdlib only

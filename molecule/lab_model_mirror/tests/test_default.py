@@ -23,10 +23,10 @@ def test_port_answers_range_with_the_right_bytes(host):
     name, entry = sorted(manifest.items())[0]
     rel = entry["path"].rsplit("/", 1)[-1]
     out = host.run(
-        "curl -s -o /tmp/part -w '%%{http_code} %%{size_download}' -r 0-1023 http://127.0.0.1:%d/%s",
-        PORT, rel)
+        "curl -s -o /tmp/part -w '%%{http_code} %%{size_download}' -r 0-1023 http://127.0.0.1:%s/%s",
+        str(PORT), rel)
     assert out.stdout.split() == ["206", "1024"], out.stdout
     head = host.run("head -c 1024 /srv/dankfleet-cache/models/%s | sha256sum", rel).stdout.split()[0]
     got = host.run("sha256sum /tmp/part").stdout.split()[0]
     assert got == head
-    assert host.file("/tmp/part").content[:4] == b"GGUF"
+    assert host.run("head -c 4 /tmp/part").stdout == "GGUF"
