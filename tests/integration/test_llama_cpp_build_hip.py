@@ -50,7 +50,29 @@ def lab(tmp_path_factory):
     src_sha = synthetic_toolchain.make_source_archive(str(root / "src.tar.gz"))
     synthetic_toolchain.stub_cmake(str(root / "cmake"))
     (root / "play.yml").write_text(PLAYBOOK)
-    return {"root": root, "tc_sha": tc_sha, "src_sha": src_sha}
+    repo = make_git_repo(root / "llama.cpp")
+    return {"root": root, "tc_sha": tc_sha, "src_sha": src_sha, "repo": repo}
+
+
+def git(repo, *args):
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@localhost", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@localhost", GIT_CONFIG_NOSYSTEM="1", HOME=str(repo))
+    return subprocess.run(["git", "-C", str(repo)] + list(args), env=env, check=True, stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout.strip()
+
+
+def make_git_repo(path):
+    """Three commits (so the build number is 3), and a branch whose NAME looks like a commit."""
+    path.mkdir()
+    git(path, "init", "-q", "-b", "master")
+    for i in range(3):
+        (path / "CMakeLists.txt").write_text("project(synthetic-llama) # %d\n" % i)
+        git(path, "add", "-A")
+        git(path, "commit", "-qm", "commit %d" % i)
+    first = git(path, "rev-list", "--max-parents=0", "HEAD")
+    assert not first.startswith("deadbeef")
+    git(path, "branch", "deadbeef", first)
+    return {"path": path, "head": git(path, "rev-parse", "HEAD")}
 
 
 def role_vars(lab, prefix, **over):
@@ -310,3 +332,39 @@ def test_a_flattened_device_library_copy_fails_the_role_with_the_runbooks_failur
     assert "%s is missing but %s exists" % (index, rel / "lib/rocblas/TensileLibrary.dat") in text, run
     assert RUNBOOK_FAILURE + "%s: No such file or directory for GPU arch : gfx1201'" % index in text
     assert "answer /health" in text and "cp -r SRC DST/" in text
+
+
+# --------------------------------------------------------------------------- git sources
+
+def git_vars(lab, ref):
+    return {"llama_cpp_build_source_type": "git", "llama_cpp_build_git_repo": "file://%s" % lab["repo"]["path"],
+            "llama_cpp_build_git_ref": ref, "llama_cpp_build_number": 0}
+
+
+def test_git_commit_checked_out_verified_and_numbered(lab, tmp_path):
+    prefix = tmp_path / "opt-llama"
+    ref = lab["repo"]["head"][:10]
+    run = play(lab, prefix, **git_vars(lab, ref))
+    assert run.rc == 0, run
+    (name,) = releases(prefix)
+    assert name.startswith(ref + "-hip-")
+    stamp = json.loads((prefix / "releases" / name / "BUILD_STAMP.json").read_text())
+    assert stamp["outputs"]["commit"] == lab["repo"]["head"]
+    assert stamp["outputs"]["build_number"] == 3  # git rev-list --count HEAD
+    assert "-DLLAMA_BUILD_NUMBER=3" in cmake_calls(prefix)[0]["argv"]
+    assert "verified %s/releases/%s: version: 0.6.0-dev (build 3," % (prefix, name) in run.text
+
+
+def test_a_branch_named_like_a_commit_is_caught_after_checkout(lab, tmp_path):
+    prefix = tmp_path / "opt-llama"
+    run = play(lab, prefix, **git_vars(lab, "deadbeef"))
+    assert run.rc != 0
+    assert re.search(r"has [0-9a-f]{40} checked out, not the requested deadbeef", run.text), run
+    assert releases(prefix) == [] and not (prefix / "current").exists()
+
+
+def test_a_branch_name_is_refused_before_anything(lab, tmp_path):
+    prefix = tmp_path / "opt-llama"
+    run = play(lab, prefix, **git_vars(lab, "master"))
+    assert run.rc != 0 and "llama_cpp_build_git_ref 'master' is not a commit" in run.text, run
+    assert not prefix.exists()
