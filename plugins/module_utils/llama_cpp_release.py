@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The logic behind the llama_cpp_build role, as plain Python.
 
 Everything here is importable without Ansible so the unit tests can drive it:
@@ -1070,4 +1070,3 @@ def verify(release_dir, backend, expected_build=None, expected_commit=None, devi
             more, devices = verify_devices(release_dir, backend, expected_devices, runtime_env)
             problems += more
     return {'problems': problems, 'version': version, 'devices': devices}
-

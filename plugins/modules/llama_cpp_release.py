@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -27,7 +27,7 @@ description:
     verifies the staging dir and renames it into C(<prefix>/releases/). A failed install leaves no release dir.
   - C(verify) checks a release the way a person would by hand; run it every time.
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 options:
   action:
     description: Which step to take.
@@ -464,8 +464,8 @@ def main():
             result['changed'] = lcr.unpack_toolchain(tarball, plan['inputs']['toolchain_sha256'],
                                                      plan['toolchain_root'], spec['toolchain_strip_components'],
                                                      spec['toolchain_clang'])
-            result['msg'] = 'toolchain %s at %s' % ('unpacked' if result['changed'] else 'present',
-                                                     plan['toolchain_root'])
+            state = 'unpacked' if result['changed'] else 'present'
+            result['msg'] = 'toolchain %s at %s' % (state, plan['toolchain_root'])
         elif action == 'build':
             if plan['up_to_date']:
                 result['msg'] = plan['message']
