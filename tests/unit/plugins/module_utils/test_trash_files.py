@@ -109,6 +109,16 @@ def test_retire_is_idempotent_and_check_mode_changes_nothing(host, tmp_path):
     assert again['missing'] == []
 
 
+def test_a_later_day_finds_what_an_earlier_day_retired(host, tmp_path):
+    path = str(host / 'home/dank/.config/containers/systemd/radiance.container')
+    tf.retire(str(tmp_path / 'trash/20260916-radiance-retire'), [path])
+    later = tf.retire(str(tmp_path / 'trash/20260917-radiance-retire'), [path])
+    assert later['changed'] is False and later['missing'] == []
+    assert later['already_retired'][0]['dest'].startswith(str(tmp_path / 'trash/20260916-radiance-retire'))
+    other_tag = tf.retire(str(tmp_path / 'trash/20260917-other-retire'), [path])
+    assert other_tag['missing'] == [path]
+
+
 def test_missing_paths_are_reported_not_invented(tmp_path):
     result = tf.retire(str(tmp_path / 'trash'), [str(tmp_path / 'never-existed')])
     assert result['changed'] is False
