@@ -24,6 +24,9 @@ from runbook_points import POINTS, R9700_VRAM  # noqa: E402
 GIB = 1024 ** 3
 KEYS = ["device_overhead_bytes", "compute_base_bytes", "act_embd_bytes", "act_ff_bytes", "mask_bytes_per_cell",
         "logits_ubatch_bytes", "draft_compute_base_bytes", "mmproj_compute_bytes"]
+# constants the rocm-smi totals cannot separate (no host figures, no per-copy split): held at these values
+HELD = {"pipeline_copies": False, "host_modelled": False, "split_embd_bytes": 0.0, "first_embd_bytes": 0.0, "mask_bytes_per_cell_nofa": 7.75,
+        "host_embd_bytes": 0.0, "host_split_embd_bytes": 0.0, "mtp_host_share": 0.5}
 
 
 def load(name):
@@ -86,6 +89,7 @@ def fit():
     # process holding a context reads ~300 MiB on gfx12), fitted on top of by compute_base_bytes
     fixed = {KEYS.index("device_overhead_bytes"): 300 * 1024 * 1024, KEYS.index("act_ff_bytes"): 0}
     zero = dict((k, 0) for k in KEYS)
+    zero.update(HELD)
     zero["source"] = "fit"
     A, y = [], []
     for p, card, used in rows():

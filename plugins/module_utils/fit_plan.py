@@ -70,16 +70,35 @@ RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", 
 #   compute_base_bytes        fixed part of the target context's compute buffer on a device holding layers
 #   act_embd_bytes            bytes per (ub token x n_embd) of activations on a device holding layers
 #   act_ff_bytes              bytes per (ub token x n_ff) -- the FFN intermediates
-#   mask_bytes_per_cell       bytes per (KV cell x ub token): the KQ mask (f32 input copy + f16 cast for
-#                             flash attention) on every device holding attention layers, sized by the
-#                             cells one stream attends (n_ctx_seq, or the SWA cache for SWA layers)
+#   split_embd_bytes          bytes per (ub token x n_embd) per pipeline copy: the hidden state a device is
+#                             handed (two of them for the MTP graph: hidden state + token embedding)
+#   first_embd_bytes          bytes per (ub token x n_embd) per *extra* pipeline copy on the device holding
+#                             layer 0 of a model split over several devices
+#   mask_bytes_per_cell       bytes per (KV cell x ub token) per pipeline copy: the KQ mask with flash
+#                             attention on every device holding attention layers (and on the host that builds
+#                             it), sized by the cells one stream attends (n_ctx_seq; the SWA cache for SWA
+#                             layers, a mask of its own)
+#   mask_bytes_per_cell_nofa  the same without flash attention (f32 mask; the KQ matrix is a law term)
+#   attn_embd_bytes_nofa      without flash attention: bytes per (ub token x n_embd) alive beside the KQ
+#                             matrix, which replaces the FFN's activations as the layer's peak
+#   attn_gate_bytes_nofa      ... plus this per (ub token x n_head x key_length) where the attention output is
+#                             gated (qwen3next/qwen35: the gate half of q lives across the attention)
+#   host_embd_bytes           bytes per (ub token x n_embd) of the llama-server process's own CPU compute buffer
+#   host_split_embd_bytes     ... plus this per pipeline copy (the split inputs the host sends)
+#   mtp_host_share            the MTP context's host buffer as a share of the target's (one block, no mask
+#                             of its own beyond the nextn layer's)
+#   host_modelled             whether the host_* terms (and the masks the host builds) were measured; false: the
+#                             plan's host compute is 0 (not predicted)
+#   pipeline_copies           true: the split/first/mask constants are per pipeline copy and the law multiplies
+#                             by the copies; false: they are effective totals (a profile fitted to card totals)
 #   logits_ubatch_bytes       bytes per (ub token x n_vocab) on the output device *beyond* the law's
 #                             n_outputs x n_vocab x 4 (b11434 reserves only n_outputs_max rows of logits;
 #                             the runbook's build paid for a full ubatch)
 #   draft_compute_base_bytes  fixed part of a draft context's (MTP or drafter model) compute buffer
 #   mmproj_compute_bytes      the vision encoder's warm-up compute buffer on the mmproj device
 # Law terms that need no constant: logits n_outputs x n_vocab x 4; without flash attention the
-# KQ matrix n_kv x ub x n_head x 4 per attention device.
+# KQ matrix n_kv x ub x n_head x 4 per attention device (the widest mask's cells: one layer at a time);
+# the pipeline copies (GGML_SCHED_MAX_COPIES = 4 when the model spans more than one device, else 1).
 # ---------------------------------------------------------------------------------------------
 PROFILES = {
     "hip": {
@@ -88,30 +107,59 @@ PROFILES = {
                   "DSpark and DFlash2 -ts/ubatch tables, the 327680 and 393216 loads, the card-1 spec A/B "
                   "(tests/fixtures/runbook_points.py; benchmarks/fit_plan_calibrate_hip.py --fit re-derives it). "
                   "Worst residual 0.62 GiB. device_overhead is a prior (an idle HIP context); the activation "
-                  "terms fitted to zero -- at ubatch 512..1536 the KQ mask and the logits carry the ubatch cost.",
+                  "terms fitted to zero -- at ubatch 512..1536 the KQ mask and the logits carry the ubatch cost. "
+                  "Effective constants (pipeline_copies false): the mask's 7.75 B per (cell x token) is the total "
+                  "over the copies, fitted before the copies law was measured; re-fitting under the law (x4 split, "
+                  "x1 pinned drafter) also reaches 0.63 GiB but moves the 393216/MTP balance to 35:30, so the hip "
+                  "profile waits for HIP measurements that separate the two.",
+        "pipeline_copies": False,
         "device_overhead_bytes": 300 * MIB,
         "compute_base_bytes": 561 * MIB,
         "act_embd_bytes": 0.0,
         "act_ff_bytes": 0.0,
+        "split_embd_bytes": 0.0,
+        "first_embd_bytes": 0.0,
         "mask_bytes_per_cell": 7.75,
+        "mask_bytes_per_cell_nofa": 7.75,       # the fit's value, applied with and without flash attention
+        "attn_embd_bytes_nofa": 0.0,
+        "attn_gate_bytes_nofa": 0.0,
         "logits_ubatch_bytes": 3.5,
         "draft_compute_base_bytes": 551 * MIB,
         "mmproj_compute_bytes": 37 * MIB,
+        "host_modelled": False,                 # the runbook records no host RAM figures
+        "host_embd_bytes": 0.0,
+        "host_split_embd_bytes": 0.0,
+        "mtp_host_share": 0.5,
     },
     "cpu": {
-        "source": "FIRST CUT, to be calibrated by the accuracy matrix (issue 3 item 4: llama-server / llama-fit-params "
-                  "b11434 over ggml-rpc-server devices). From llama-fit-params -fitp on the small generated "
-                  "qwen35-mtp and dense-llama (-fa on): compute = 2 B x n_ctx_seq x ubatch (the f16 KQ mask) + "
-                  "~1 MiB, e.g. 65536/ub512 -> 65 MiB, 65536/ub1024 -> 131 MiB, 262144/np4 -> 65 MiB; toy models "
-                  "(n_embd 64) cannot show the activation terms, left at 0.",
-        "device_overhead_bytes": 0,
-        "compute_base_bytes": 1 * MIB,
-        "act_embd_bytes": 0.0,
-        "act_ff_bytes": 0.0,
-        "mask_bytes_per_cell": 2.0,
-        "logits_ubatch_bytes": 0.0,
-        "draft_compute_base_bytes": 1 * MIB,
-        "mmproj_compute_bytes": 0,
+        "source": "measured: llama.cpp b11434 (CPU + RPC build) llama-server --fit off, 101 loads of the lab generator's "
+                  "medium models (dense llama, qwen35 hybrid, qwen35+MTP, gemma3 sliding-window, draft-small) over "
+                  "one, two and three ggml-rpc-server devices and on the host alone, ctx 2048..131072, parallel 1/2, "
+                  "ubatch 512/2048, f16/q8_0 KV, flash attention on/off, draft-mtp and draft-simple "
+                  "(tests/fixtures/llamacpp/b11434-cpu; benchmarks/fit_accuracy.py prints every error). Each "
+                  "constant is the per-token slope of the printed compute buffers: see the comment beside it.",
+        "pipeline_copies": True,                # constants per pipeline copy; the law multiplies (x4 split, x1 alone)
+        "device_overhead_bytes": 0,             # RPC devices: nothing beyond the buffers llama.cpp prints
+        "compute_base_bytes": 0,                # no fixed part: every buffer scales with ubatch (+/- 0.1 MiB)
+        # a layer's own peak beyond the FFN: 8 x n_embd per token on the dense, hybrid and SWA models alike
+        # (measured 4 x n_embd plus 4..8 KiB; n_embd 1024 -> 2048 moved it by 4 x n_embd)
+        "act_embd_bytes": 8.0,
+        "act_ff_bytes": 12.0,                   # n_ff 2816 -> 8192 added 12.0 B per n_ff per token, every device
+        "split_embd_bytes": 4.0,                # f32 hidden state per copy: 16 x n_embd with 4 copies, 4 with 1
+        "first_embd_bytes": 12.0,               # layer-0 device: +36 x n_embd per token at 4 copies, +0 at 1
+        "mask_bytes_per_cell": 2.0,             # f16 mask: 8 B per (cell x token) with 4 copies, 2 B alone
+        "mask_bytes_per_cell_nofa": 4.0,        # f32 mask without flash attention: 16 B with 4 copies
+        # without FA the attention is the peak (n_ff 2816 -> 8192 moved nothing): 30 x n_embd beside the KQ
+        # matrix, + 12 B per gate element on qwen35 (the minimax over the 22 no-FA loads, worst 0.63 of bound)
+        "attn_embd_bytes_nofa": 30.0,
+        "attn_gate_bytes_nofa": 12.0,
+        "logits_ubatch_bytes": 0.0,             # logits are n_outputs_max rows (n_vocab 32768 x 65536 x 128000 alike)
+        "draft_compute_base_bytes": 0,
+        "mmproj_compute_bytes": 0,              # not measured (no mmproj in the matrix)
+        "host_modelled": True,
+        "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
+        "host_split_embd_bytes": 8.0,
+        "mtp_host_share": 0.5,                  # MTP host buffer 20 x n_embd per token at 4 copies (target's 40)
     },
     "cuda": {
         "source": "PLACEHOLDER copied from hip until the GPU-validation issue measures CUDA (nvidia-smi).",
@@ -119,10 +167,20 @@ PROFILES = {
         "compute_base_bytes": 200 * MIB,
         "act_embd_bytes": 16.0,
         "act_ff_bytes": 12.0,
+        "pipeline_copies": False,
+        "split_embd_bytes": 0.0,
+        "first_embd_bytes": 0.0,
         "mask_bytes_per_cell": 8.0,
+        "mask_bytes_per_cell_nofa": 8.0,
+        "attn_embd_bytes_nofa": 0.0,
+        "attn_gate_bytes_nofa": 0.0,
         "logits_ubatch_bytes": 4.0,
         "draft_compute_base_bytes": 300 * MIB,
         "mmproj_compute_bytes": 256 * MIB,
+        "host_modelled": False,
+        "host_embd_bytes": 0.0,
+        "host_split_embd_bytes": 0.0,
+        "mtp_host_share": 0.5,
     },
 }
 
@@ -285,8 +343,12 @@ def _normalize_serve(serve, model, drafter):
                                % (t, ", ".join(SPEC_TYPES)))
     s["spec_type"] = list(st)
     s["spec_draft_n_max"] = _int_field(serve, "spec_draft_n_max", "serve", default=3, minimum=0)
-    s["cache_type_k_draft"] = str(serve.get("cache_type_k_draft", s["cache_type_k"])).lower()
-    s["cache_type_v_draft"] = str(serve.get("cache_type_v_draft", s["cache_type_v"])).lower()
+    # the draft context's KV types are --spec-draft-type-k/-v, f16 unless given: they do NOT follow -ctk/-ctv
+    # (common/common.h common_params_speculative_draft cache_type_k/v = GGML_TYPE_F16; common/speculative.cpp
+    # common_base_params_to_speculative copies them over the target's). Measured: draft-mtp beside a q8_0 target
+    # KV holds an f16 nextn cache (tests/fixtures/llamacpp/b11434-cpu/hybrid_mtp-c32768-np1-ub512-q8_0-mtp7-ts31).
+    s["cache_type_k_draft"] = str(serve.get("cache_type_k_draft") or "f16").lower()
+    s["cache_type_v_draft"] = str(serve.get("cache_type_v_draft") or "f16").lower()
     s["draft_device"] = serve.get("draft_device")
     s["mmproj_device"] = serve.get("mmproj_device")
     s["floor_bytes"] = _int_field(serve, "floor_bytes", "serve", default=0, minimum=0)
@@ -400,6 +462,67 @@ def swa_cells(n_ctx_seq, n_swa, n_seq_max, n_ubatch, unified):
 
 def _n_stream(s):
     return 1 if s["kv_unified"] else s["parallel"]
+
+
+SCHED_COPIES = 4        # ggml-backend.cpp GGML_SCHED_MAX_COPIES (b11434 default build)
+
+
+def pipeline_copies(n_model_devices):
+    """Input copies the scheduler keeps (llama-context.cpp: pipeline parallelism).
+
+    On when the model spans more than one device with every layer offloaded, --split-mode layer, KQV
+    offloaded and no tensor overrides, on backends with async compute and events (CUDA, HIP, RPC): then
+    every split input -- the KQ mask, the hidden state handed between devices -- is allocated
+    GGML_SCHED_MAX_COPIES times. One device: one copy.
+    """
+    return SCHED_COPIES if n_model_devices > 1 else 1
+
+
+GATED_ATTN_ARCHS = ("qwen3next", "qwen35", "qwen35moe")    # attention output gated: q projects to 2 x n_head x d
+
+
+def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells_swa, first, n_inputs=1,
+                   base_key="compute_base_bytes", gate_width=0):
+    """Compute buffer of one context's graph on one device (everything but the logits).
+
+    per ub token: act_embd x n_embd + act_ff x n_ff (the layer's own activations: one layer's peak, the
+    allocator reuses it layer after layer) + n_inputs x split_embd x copies x n_embd (the hidden state(s)
+    handed in, one per pipeline copy) + on the first device of a pipelined model
+    first_embd x (copies - 1) x n_embd; the KQ mask, copies x (f16 with flash attention, f32 without) per
+    (cell one stream attends x ub token), full-attention and sliding-window masks apiece; without flash
+    attention the KQ matrix 4 x n_head per (cell x token) of the widest mask (one layer at a time) with
+    attn_embd_bytes_nofa x n_embd beside it, in place of the FFN's peak when that is the larger.
+    """
+    handed = n_inputs * prof["split_embd_bytes"] * copies * n_embd
+    if first and copies > 1:
+        handed += prof["first_embd_bytes"] * (copies - 1) * n_embd
+    layer = prof["act_embd_bytes"] * n_embd + prof["act_ff_bytes"] * n_ff
+    if not fa and max(cells_full, cells_swa):
+        # without flash attention the peak is the attention's: the KQ matrix and what lives beside it, not
+        # the FFN (measured: n_ff 2816 -> 8192 moved nothing without FA)
+        kq = 4 * n_head * max(cells_full, cells_swa) * ub
+        beside = prof["attn_embd_bytes_nofa"] * n_embd + prof["attn_gate_bytes_nofa"] * gate_width
+        layer_total = max(ub * layer, kq + ub * beside)
+    else:
+        layer_total = ub * layer
+    mb = prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]
+    return prof[base_key] + ub * handed + layer_total + copies * mb * ub * (cells_full + cells_swa)
+
+
+def _host_mask(prof, fa, ub, copies, cells):
+    if not prof["host_modelled"]:
+        return 0
+    return copies * (prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]) * ub * cells
+
+
+def _host_compute(prof, fa, ub, copies, n_embd, cells):
+    """The CPU backend's compute buffer in the llama-server process: the input embeddings and the split
+    inputs it sends, per pipeline copy, and the KQ masks it builds (every kind the context attends).
+    0 for a profile whose host side was never measured (host_modelled false)."""
+    if not prof["host_modelled"]:
+        return 0
+    return (ub * (prof["host_embd_bytes"] + prof["host_split_embd_bytes"] * copies) * n_embd
+            + _host_mask(prof, fa, ub, copies, cells))
 
 
 # ------------------------------------------------------------------------------ the sizing
@@ -535,25 +658,30 @@ def _evaluate(c, split, n_ctx_req):
     od["weights_bytes"] += int(m.get("output_bytes") or 0)
     od["has_layers"] = True
 
-    # target compute
+    # target compute (see _graph_compute): pipeline copies when the model spans more than one device
     n_outputs_max = min(s["batch_size"], n_seq * (1 + (s["spec_draft_n_max"] if s["spec_type"] else 0)))
     n_outputs = min(ub, max(n_outputs_max, n_seq))
     n_head = int(m.get("head_count") or 0)
+    copies = pipeline_copies(c.n_dev) if prof["pipeline_copies"] else 1
+    fa = s["flash_attn"]
+    gate_width = n_head * int(m.get("key_length") or 0) if m.get("architecture") in GATED_ATTN_ARCHS else 0
     for d in devs:
         if not d["has_layers"]:
             continue
-        comp = prof["compute_base_bytes"] + ub * (prof["act_embd_bytes"] * c.n_embd + prof["act_ff_bytes"] * (d["n_ff"] or c.n_ff))
-        if d["has_attn"]:
-            comp += prof["mask_bytes_per_cell"] * n_ctx_seq * ub
-            if not s["flash_attn"]:
-                comp += 4 * n_ctx_seq * ub * n_head
-        if d["has_swa"]:
-            comp += prof["mask_bytes_per_cell"] * swa_n * ub
-            if not s["flash_attn"]:
-                comp += 4 * swa_n * ub * n_head
+        comp = _graph_compute(prof, fa, ub, copies, c.n_embd, d["n_ff"] or c.n_ff, n_head,
+                              n_ctx_seq if d["has_attn"] else 0, swa_n if d["has_swa"] else 0,
+                              first=d["index"] == slots[0], gate_width=gate_width)
         if d["index"] == out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
         d["compute_bytes"] += int(comp)
+    kinds_all = set(L["kind"] for L in c.layers[:c.n_layer])
+    host = {"weights_bytes": int(m.get("token_embd_bytes") or 0), "draft_weights_bytes": 0,
+            "compute_bytes": int(_host_compute(prof, fa, ub, copies, c.n_embd,
+                                               (n_ctx_seq if "attention" in kinds_all else 0)
+                                               + (swa_n if "swa" in kinds_all else 0))),
+            # llama-context.cpp output_reserve(n_seq_max): one row of f32 logits per sequence, on the host
+            "output_bytes": 4 * n_seq * c.n_vocab,
+            "draft_compute_bytes": 0, "draft_output_bytes": 0}
 
     # draft-mtp: nextn weights + nextn KV (draft ctx sized from the target's n_ctx) + its compute, on the nextn device
     detail = {}
@@ -568,12 +696,15 @@ def _evaluate(c, split, n_ctx_req):
             dd["kv_bytes"] += kvb
         d = devs[slots[c.n_layer_all - 1]]
         n_out_mtp = min(ub, n_seq)
-        comp = (prof["draft_compute_base_bytes"] + ub * (prof["act_embd_bytes"] * c.n_embd + prof["act_ff_bytes"] * c.n_ff)
-                + prof["mask_bytes_per_cell"] * n_ctx_seq * ub
+        # the MTP graph is one block on the nextn device, fed two split inputs per token (the target's hidden
+        # state and the token embedding), on the target model's devices: the target's pipeline copies
+        comp = (_graph_compute(prof, fa, ub, copies, c.n_embd, c.n_ff, n_head, n_ctx_seq, 0, first=False, n_inputs=2,
+                               base_key="draft_compute_base_bytes", gate_width=gate_width)
                 + 4 * n_out_mtp * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab)
-        if not s["flash_attn"]:
-            comp += 4 * n_ctx_seq * ub * n_head
         d["draft_bytes"] += int(comp)
+        host["draft_compute_bytes"] += int(prof["mtp_host_share"] * _host_compute(prof, fa, ub, copies, c.n_embd, 0)
+                                           + _host_mask(prof, fa, ub, copies, n_ctx_seq))
+        host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
         detail.setdefault(d["index"], {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})["compute_bytes"] += int(comp)
 
     # model drafter: its own layers, KV with ITS window rule, compute -- context sized from the target's n_ctx
@@ -608,16 +739,24 @@ def _evaluate(c, split, n_ctx_req):
         host_draft = int(dm.get("token_embd_bytes") or 0)
         per_seq = (s["spec_draft_n_max"] + 1) if any(t in BLOCK_DRAFT_TYPES for t in c.model_draft) else 1
         n_out_d = min(ub, n_seq * per_seq)
+        # --spec-draft-device pins the drafter to one device: no pipeline copies for its context
+        d_copies = pipeline_copies(1 if c.draft_dev is not None else c.n_dev) if prof["pipeline_copies"] else 1
+        d_head = int(dm.get("head_count") or n_head)
+        d_kinds = set()
         for di, what in touched.items():
-            comp = prof["draft_compute_base_bytes"] + ub * (prof["act_embd_bytes"] * d_embd + prof["act_ff_bytes"] * d_ff)
-            if "attn" in what:
-                comp += prof["mask_bytes_per_cell"] * n_ctx_seq * ub
-            if "swa" in what:
-                comp += prof["mask_bytes_per_cell"] * d_swa_n * ub
+            d_kinds |= what
+            comp = _graph_compute(prof, fa, ub, d_copies, d_embd, d_ff, d_head,
+                                  n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
+                                  first=di == dslots[0], base_key="draft_compute_base_bytes")
             if "out" in what or di == od_i:
                 comp += 4 * n_out_d * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
             devs[di]["draft_bytes"] += int(comp)
             detail[di]["compute_bytes"] += int(comp)
+        host["draft_weights_bytes"] += host_draft
+        host["draft_compute_bytes"] += int(_host_compute(prof, fa, ub, d_copies, d_embd,
+                                                         (n_ctx_seq if "attn" in d_kinds else 0)
+                                                         + (d_swa_n if "swa" in d_kinds else 0)))
+        host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
 
     if c.mmproj is not None:
         mm = c.mmproj
@@ -645,6 +784,7 @@ def _evaluate(c, split, n_ctx_req):
         "split": list(split), "slots": slots, "n_ctx": n_ctx, "n_ctx_seq": n_ctx_seq, "devices": rows,
         "gap_bytes": max(frees) - min(frees) if len(frees) > 1 else 0,
         "min_free_bytes": min(frees), "host_weights_bytes": int(m.get("token_embd_bytes") or 0) + host_draft,
+        "host": dict(host, total_bytes=sum(host.values())),
         "n_ubatch": ub, "n_rs_seq": c.n_rs_seq,
     }
 
@@ -986,6 +1126,7 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
                         "free_bytes": [r["free_bytes"] for r in e["devices"]], "gap_bytes": e["gap_bytes"],
                         "passes_floor": _passes(e, floor)} for e in evs],
         "host_weights_bytes": best["host_weights_bytes"],
+        "host": best["host"],
         "n_rs_seq": best["n_rs_seq"],
         "profile": {"backend": s["backend"], "source": c.prof["source"]},
         "layer_devices": best["slots"][:-1],
