@@ -1,8 +1,8 @@
 """The bench playbooks against a systemd lab container (podman, the lab image, host network):
 
-- dankfleet.llm.bench_spec A/Bs configurations through the serve role (here tests/lab/roles/
-  lab_serve_stub, the stand-in with llama_server's variable names until that role lands),
-  writes TSV/JSON/PNG, and restores the deployed unit; a configuration that changes the greedy
+- dankfleet.llm.bench_spec A/Bs configurations through the serve role (by default tests/lab/roles/
+  lab_serve_stub, a stand-in with llama_server's variable names; DANKFLEET_BENCH_SERVE_ROLE=
+  dankfleet.llm.llama_server drives the real one), writes TSV/JSON/PNG, and restores the deployed unit; a configuration that changes the greedy
   text fails the run loudly and the deployed unit is still restored - also after a configuration
   that cannot start; check mode and a misspelt variable change nothing.
 - dankfleet.llm.bench_batch runs every cell as a transient unit (User=nobody, LimitMEMLOCK) with
@@ -33,6 +33,10 @@ IMAGE = os.environ.get("LAB_IMAGE", "localhost/dankfleet-lab:bookworm")
 CACHE_IN_CONTAINER = "/srv/dankfleet-cache"
 MODELS_IN_CONTAINER = "/srv/bench-models"
 UNIT = "llama-server.service"
+# The serve role the spec A/B drives: the stand-in by default (the harness is under test, and the
+# real role's converge + gate costs ~1 min a configuration on 2 cores); DANKFLEET_BENCH_SERVE_ROLE=
+# dankfleet.llm.llama_server runs the same tests through the real role.
+SERVE_ROLE = os.environ.get("DANKFLEET_BENCH_SERVE_ROLE", "lab_serve_stub")
 SMALL_SPEC = {"llm_bench_spec_prose_words": 40, "llm_bench_spec_prose_n_predict": 24,
               "llm_bench_spec_echo_words": 40, "llm_bench_spec_echo_n_predict": 24,
               "llm_bench_spec_structured_records": 4, "llm_bench_spec_structured_n_predict": 24}
@@ -88,6 +92,8 @@ def lab(tmp_path_factory, llama_prefix, lab_models):
     work = tmp_path_factory.mktemp("bench-lab")
     models = work / "models"
     gen_models.write_model("dense-llama", models / "dense-llama-f32.gguf", tensor_type="f32")
+    models.chmod(0o755)  # the real role's service user reads it
+    (models / "dense-llama-f32.gguf").chmod(0o644)
     name = f"dankfleet-bench-{os.getpid()}"
     port = bench_port()
     subprocess.run(["podman", "rm", "-f", name], env=env, capture_output=True)
@@ -109,14 +115,20 @@ def lab(tmp_path_factory, llama_prefix, lab_models):
             "llama_server_binary": f"{CACHE_IN_CONTAINER}/{llama_prefix.name}/bin/llama-server",
             "llama_server_model_path": f"{MODELS_IN_CONTAINER}/dense-llama-f32.gguf",
             "llama_server_port": port, "llama_server_ctx_size": 8192, "llama_server_parallel": 2,
-            "llama_server_extra_args": list(EXACT_ARGS), "llama_server_gate_health_timeout": 6,
-            "llm_bench_spec_serve_role": "lab_serve_stub", "llm_bench_spec_health_timeout": 60,
+            "llama_server_threads": 1, "llm_bench_spec_serve_role": SERVE_ROLE, "llm_bench_spec_health_timeout": 60,
         }
+        if SERVE_ROLE == "lab_serve_stub":
+            host.update(llama_server_extra_args=list(EXACT_ARGS), llama_server_gate_health_timeout=6)
+        else:  # the real role, as its molecule scenario runs it on the CPU build, plus the exact numerics
+            host.update(llama_server_backend="cpu", llama_server_batch_size=512, llama_server_ubatch_size=256,
+                        llama_server_ctx_checkpoints=0, llama_server_cache_ram=256, llama_server_cache_type_k="f32",
+                        llama_server_cache_type_v="f32", llama_server_flash_attn="off",
+                        llama_server_gate_health_timeout_base=60)
         inventory = work / "hosts.yml"
         inventory.write_text(yaml.safe_dump({"all": {"children": {"llm_endpoints": {"hosts": {name: host}}}}}))
         (work / "deploy.yml").write_text(yaml.safe_dump([{
             "name": "Deploy the stand-in endpoint", "hosts": "llm_endpoints", "gather_facts": False,
-            "tasks": [{"name": "Serve", "ansible.builtin.include_role": {"name": "lab_serve_stub"}}]}]))
+            "tasks": [{"name": "Serve", "ansible.builtin.include_role": {"name": SERVE_ROLE}}]}]))
         lab = Lab(name, inventory, env, port)
         out = lab.playbook(work / "deploy.yml", {})
         assert out.returncode == 0, out.text[-3000:]
@@ -137,14 +149,13 @@ def _result(tmp_path: Path, harness: str):
     return json.loads(files["json"].read_text()), files
 
 
-def _deployed_exec(lab) -> str:
-    """The unit's command line (systemctl show's ExecStart also carries the start time and PID)."""
-    text = lab.unit("ExecStart")["ExecStart"]
-    return text.split("argv[]=", 1)[1].split(" ;", 1)[0]
+def _deployed_shape(lab) -> str:
+    """What the serve role rendered: the unit (the stand-in's command line) and the env file (the real role's)."""
+    return lab.sh("cat /etc/systemd/system/llama-server.service /etc/llama-server/llama-server.env 2>/dev/null || true")
 
 
 def test_spec_check_mode_and_a_misspelt_variable_change_nothing(lab, tmp_path):
-    before = lab.unit("MainPID", "ExecStart")
+    before = (lab.unit("MainPID"), _deployed_shape(lab))
     configs = [{"name": "none", "vars": {"llama_server_spec_type": []}},
                {"name": "ngram-mod", "vars": {"llama_server_spec_type": ["ngram-mod"]}}]
     out = lab.playbook(REPO / "playbooks" / "bench_spec.yml",
@@ -155,14 +166,13 @@ def test_spec_check_mode_and_a_misspelt_variable_change_nothing(lab, tmp_path):
     out = lab.playbook(REPO / "playbooks" / "bench_spec.yml",
                        {"llm_bench_results_dir": str(tmp_path), "llm_bench_spec_configurations": typo})
     assert out.returncode != 0
-    assert "llama_server_spce_type: not a variable of lab_serve_stub" in out.text, out.text[-3000:]
-    assert lab.unit("MainPID", "ExecStart") == before
+    assert f"llama_server_spce_type: not a variable of {SERVE_ROLE}" in out.text, out.text[-3000:]
+    assert (lab.unit("MainPID"), _deployed_shape(lab)) == before
     assert not list(tmp_path.iterdir()), "nothing may be written before the run starts"
 
 
 def test_spec_ab_playbook(lab, tmp_path):
-    deployed = _deployed_exec(lab)
-    assert "--spec-type" not in deployed
+    deployed = _deployed_shape(lab)
     pid_before = lab.unit("MainPID")["MainPID"]
     draft = f"{CACHE_IN_CONTAINER}/models/draft-small.gguf"
     configs = [
@@ -189,13 +199,13 @@ def test_spec_ab_playbook(lab, tmp_path):
     # every configuration ran in a process of its own, and the deployed shape serves again
     pids = {c["main_pid"] for c in doc["configurations"]}
     assert len(pids) == 2 and pid_before not in pids
-    assert _deployed_exec(lab) == deployed
+    assert _deployed_shape(lab) == deployed
     assert lab.unit("ActiveState")["ActiveState"] == "active" and lab.healthy()
     print("\n".join(line for line in out.stdout.splitlines() if "tok/s decode" in line))
 
 
 def test_spec_mismatch_fails_the_run_and_the_deployed_unit_is_restored(lab, tmp_path):
-    deployed = _deployed_exec(lab)
+    deployed = _deployed_shape(lab)
     configs = [
         {"name": "none", "vars": {"llama_server_spec_type": []}},
         # the negative control: a sampler that is not greedy must change the text
@@ -218,7 +228,7 @@ def test_spec_mismatch_fails_the_run_and_the_deployed_unit_is_restored(lab, tmp_
     failed = [c for c in doc["configurations"] if c.get("error")]
     assert [c["name"] for c in failed] == ["missing-drafter"]
     # restored: the deployed ExecStart, running, answering
-    assert _deployed_exec(lab) == deployed
+    assert _deployed_shape(lab) == deployed
     assert lab.unit("ActiveState")["ActiveState"] == "active" and lab.healthy()
 
 
