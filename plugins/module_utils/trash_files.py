@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Move files into a dated trash directory with a MANIFEST, and put them back.
 
 Plain Python, no Ansible import, so unit tests drive it in a temp tree.

@@ -13,7 +13,7 @@ def before(host):
 
 
 def test_every_file_is_back_byte_identical(host, before):
-    cmd = host.run("/root/fingerprint.py /root/retire-after.json " + " ".join(sorted(before)))
+    cmd = host.run("python3 /root/fingerprint.py /root/retire-after.json " + " ".join(sorted(before)))
     assert cmd.rc == 0, cmd.stderr
     after = json.loads(host.file("/root/retire-after.json").content_string)
     assert after == before
