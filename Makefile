@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 export DANKFLEET_CACHE ?= $(HOME)/.cache/dankfleet
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
-export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
+export ANSIBLE_ROLES_PATH := $(CURDIR)/roles:$(CURDIR)/tests/lab/roles
 export CONTAINERS_CONF := $(CURDIR)/.lab/containers.conf
 export PYTHONDONTWRITEBYTECODE := 1
 # Scenarios run in this order; every directory under molecule/ with a molecule.yml is one.
@@ -31,9 +31,13 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
+# ansible-lint puts ~/.ansible/collections ahead of ./collections; a stale
+# install there (molecule's prerun from another checkout) must not decide what
+# resolves, so lint runs with a HOME of its own.
 lint: venv
 	yamllint -s .
-	ansible-lint
+	mkdir -p .lab/lint-home
+	HOME=$(CURDIR)/.lab/lint-home ansible-lint
 
 sanity: venv
 	tests/sanity.sh

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Deterministic GGUF models for the lab: the architectures frank-medium deploys, in miniature.
 
     gen_models.py --out DIR [--only NAME ...] [--scale small|medium]
@@ -183,9 +183,11 @@ RECIPES = {
         "swa-dense": {"n_layer": 12, "n_embd": 1024, "n_ff": 3072, "n_head": 8, "n_head_kv": 4, "head_dim": 128,
                       "sliding_window": 1024, "sliding_window_pattern": 6,
                       "rope_freq_base": 1000000.0, "rope_freq_base_swa": 10000.0, "rms_eps": 1e-6},
+        # 5 layers like DFlash2/DSpark; kernel 3 because b11434 reserves max(1024, 12*n_tensors) graph nodes
+        # for a DFlash2 draft and 5 layers x kernel 4 overflow that (GGML_ASSERT in ggml_backend_sched_reserve)
         "draft-dflash": {"n_layer": 5, "n_embd": 1024, "n_ff": 3072, "n_head": 8, "n_head_kv": 4, "head_dim": 128,
                          "sliding_window": 2048, "block_size": 8, "selector_rank": 256, "selector_top_k": 16,
-                         "conv_kernel_size": 4, "conv_group_size": 64, "target_layers": [1, 4, 8, 11, 15],
+                         "conv_kernel_size": 3, "conv_group_size": 64, "target_layers": [1, 4, 8, 11, 15],
                          "own_embeddings": False, "causal": False,
                          "rope_freq_base": 10000000.0, "rms_eps": 1e-6},
     },
@@ -700,7 +702,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="directory to write the models and MANIFEST.json into")
     ap.add_argument("--only", nargs="+", metavar="NAME", choices=MODEL_NAMES, help="generate only these models")
     ap.add_argument("--scale", choices=sorted(RECIPES), default="small",
-                    help="small: a few hundred KiB each, for CI; medium: hundreds of MiB, for planner accuracy runs")
+                    help="small: 0.1-1.2 MB each, for CI; medium: 40-650 MB each, for planner accuracy runs")
     args = ap.parse_args(argv)
     manifest = generate(args.out, args.only, args.scale, log=lambda m: print(f"gen_models: {m}", file=sys.stderr))
     json.dump(manifest, sys.stdout, indent=2, sort_keys=True)

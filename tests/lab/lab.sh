@@ -12,7 +12,7 @@ name=${LAB_CONTAINER:-dankfleet-lab}
 image=${LAB_IMAGE:-localhost/dankfleet-lab:bookworm}
 
 if ! podman container exists "$name"; then
-  podman run -d --name "$name" --hostname "$name" --systemd=always --network host \
+  podman run -d --name "$name" --hostname "$name" --systemd=always --network host --cap-add SYS_ADMIN \
     -v "$cache:/srv/dankfleet-cache:ro" "$image" /sbin/init >/dev/null
 elif [[ $(podman inspect -f '{{.State.Running}}' "$name") != true ]]; then
   podman start "$name" >/dev/null
@@ -23,4 +23,5 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 export ANSIBLE_CONFIG="$repo/ansible.cfg"
+ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml
 ansible-playbook -i inventory/lab deploy-frank-medium.yml "$@"

@@ -1,0 +1,237 @@
+#!/usr/bin/env python
+"""fit_plan's error against what llama.cpp b11434 actually allocated.
+
+For every recorded measurement in tests/fixtures/llamacpp/b11434-cpu/ (written by
+benchmarks/measure_llamacpp_buffers.py) the planner is run on the same
+configuration -- the model facts come from the planner's own gguf_facts, read from
+a sparse rebuild of the recorded GGUF header -- and every device's components are
+compared with the measurement:
+
+    weights, kv, recurrent   |error| <= 1 MiB
+    compute                  |error| <= max(10 % of measured, 32 MiB)
+    total                    |error| <= max(1 % of measured, 64 MiB), and never
+                             under-predicted by more than 64 MiB
+
+Devices are the RPC devices (RPC0, RPC1, ...), the planner's GPUs; ``host`` is the
+llama-server process itself (token embedding, the CPU backend's compute buffer,
+the output buffer). With no offload device (``devices: local``) the host is the
+only device and the planner's single device is compared with it.
+
+    python benchmarks/fit_accuracy.py            # the whole table
+    python benchmarks/fit_accuracy.py --failures # only rows outside their bound
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+
+import accuracy_models  # noqa: E402
+import fit_plan  # noqa: E402
+from gguf_facts import gguf_facts  # noqa: E402
+
+MIB = 1024 * 1024
+FIXTURES = REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cpu"
+EXACT = ("weights", "kv", "recurrent")
+EXACT_BYTES = 1 * MIB
+COMPUTE_REL, COMPUTE_ABS = 0.10, 32 * MIB
+TOTAL_REL, TOTAL_ABS = 0.01, 64 * MIB
+
+
+def load_fixtures(root=FIXTURES):
+    root = Path(root)
+    models = {p.stem: json.loads(p.read_text()) for p in sorted((root / "models").glob("*.json"))}
+    fixtures = [json.loads(p.read_text()) for p in sorted(root.glob("*.json"))]
+    return fixtures, models
+
+
+class Facts:
+    """gguf_facts of each recorded model, read from a sparse rebuild of its header (cached)."""
+
+    def __init__(self, models, workdir):
+        self.models = models
+        self.workdir = Path(workdir)
+        self.cache = {}
+
+    def __call__(self, name):
+        if name not in self.cache:
+            path = accuracy_models.write_sparse_gguf(self.models[name]["header"], self.workdir / f"{name}.gguf")
+            self.cache[name] = gguf_facts(path)
+        return self.cache[name]
+
+
+def planner_inputs(fx):
+    """(gpus, serve) for fit_plan.plan from a fixture's configuration."""
+    c = fx["config"]
+    if c["devices"] == "rpc":
+        n = c.get("n_devices", 2)
+        gpus = [{"name": f"RPC{i}", "vram_total_bytes": 64 << 30} for i in range(n)]
+        ts = c.get("tensor_split") or [1] * n
+    else:
+        gpus = [{"name": "CPU", "vram_total_bytes": 64 << 30}]
+        ts = [1]
+    serve = {
+        "backend": "cpu", "ctx_size": c["ctx"], "parallel": c["parallel"], "batch_size": c["batch"],
+        "ubatch_size": c["ubatch"], "cache_type_k": c["cache_type_k"], "cache_type_v": c["cache_type_v"],
+        "flash_attn": c["flash_attn"], "tensor_split": ts, "spec_type": c.get("spec_type") or [],
+    }
+    if c.get("spec_draft_n_max") is not None:
+        serve["spec_draft_n_max"] = c["spec_draft_n_max"]
+    if c.get("draft_device"):
+        serve["draft_device"] = c["draft_device"]
+    return gpus, serve
+
+
+def predicted(fx, facts):
+    """{device: {component: bytes}} the planner predicts, in the measurement's terms."""
+    gpus, serve = planner_inputs(fx)
+    model = facts(fx["model"])
+    drafter = facts(fx["drafter"]) if fx.get("drafter") else None
+    r = fit_plan.plan(gpus, model, serve, drafter=drafter)
+    mtp = "draft-mtp" in serve["spec_type"]
+    out = {}
+    for d in r["devices"]:
+        dd = d.get("draft_detail") or {}
+        out[d["name"]] = {
+            "weights": d["weights_bytes"], "kv": d["kv_bytes"], "recurrent": d["recurrent_bytes"],
+            "compute": d["compute_bytes"], "draft": d["draft_bytes"],
+            "draft_weights": dd.get("weights_bytes", 0), "draft_kv": dd.get("kv_bytes", 0),
+            "draft_compute": dd.get("compute_bytes", 0),
+            "total": d["total_bytes"] - d.get("overhead_bytes", 0) - d.get("mmproj_bytes", 0),
+        }
+        if mtp:
+            # llama.cpp loads the nextn block into the target's own model buffer (load_mtp); the MTP context
+            # shares it. The planner books it under draft_bytes: compare it where llama.cpp prints it.
+            out[d["name"]]["weights"] += out[d["name"]]["draft_weights"]
+            out[d["name"]]["draft_weights"] = 0
+    host = r["host"]
+    h = {"weights": host["weights_bytes"], "draft_weights": host["draft_weights_bytes"],
+         "compute": host["compute_bytes"], "output": host["output_bytes"],
+         "draft_compute": host["draft_compute_bytes"], "draft_output": host["draft_output_bytes"]}
+    if fx["config"]["devices"] == "local":
+        # one CPU backend: the planner's single device *is* the host, its compute buffer the only one (the
+        # planner's separate host buffer does not exist), and a tied output needs no copy of token_embd
+        dev = out.pop("CPU")
+        h.update((k, dev[k]) for k in ("kv", "recurrent", "compute", "draft_kv", "draft_compute"))
+        h["weights"] += dev["weights"] - (model["token_embd_bytes"] if model.get("output_tied") else 0)
+        h["draft_weights"] += dev["draft_weights"]
+    parts = ("weights", "kv", "recurrent", "compute", "output", "draft_weights", "draft_kv", "draft_compute",
+             "draft_output")
+    h["total"] = sum(h.get(k, 0) for k in parts)
+    out["host"] = h
+    return out, r
+
+
+def measured(fx):
+    out = {}
+    for dev, d in fx["measured"]["devices"].items():
+        dr = d["draft"]
+        out[dev] = {"weights": d["weights"], "kv": d["kv"], "recurrent": d["recurrent"], "compute": d["compute"],
+                    "output": d["output"], "draft": dr["total"], "draft_weights": dr["weights"], "draft_kv": dr["kv"],
+                    "draft_compute": dr["compute"], "draft_output": dr["output"], "total": d["total"]}
+    return out
+
+
+def bound(component, meas):
+    """The issue's bound for one component at measured size meas (bytes), None when not bounded."""
+    if component in EXACT or component in ("draft_weights", "draft_kv"):
+        return EXACT_BYTES
+    if component in ("compute", "draft_compute", "draft"):
+        return max(COMPUTE_REL * meas, COMPUTE_ABS)
+    if component == "total":
+        return max(TOTAL_REL * meas, TOTAL_ABS)
+    return None
+
+
+def check(component, predicted_bytes, measured_bytes):
+    """(bound, ok) of one component under the issue's rules; bound None = reported, not bounded."""
+    b = bound(component, measured_bytes)
+    if b is None:
+        return None, True
+    err = predicted_bytes - measured_bytes
+    ok = abs(err) <= b
+    if component == "total" and err < -TOTAL_ABS:
+        ok = False
+    return b, ok
+
+
+def compare(fx, facts):
+    """Rows (config, device, component, predicted, measured, error, bound, ok) for one fixture."""
+    pred, _ = predicted(fx, facts)
+    meas = measured(fx)
+    rows = []
+    for dev in sorted(set(meas) | set(pred)):
+        p, m = pred.get(dev, {}), meas.get(dev, {})
+        comps = ["weights", "kv", "recurrent", "compute", "output", "draft_weights", "draft_kv", "draft_compute",
+                 "total"]
+        for comp in comps:
+            pv, mv = int(p.get(comp, 0)), int(m.get(comp, 0))
+            if pv == 0 and mv == 0:
+                continue
+            if dev == "host" and comp in ("compute", "output", "draft_compute", "draft_output", "total"):
+                b, ok = None, True    # the host's buffers are reported, not bounded: the bounds are per device
+            else:
+                b, ok = check(comp, pv, mv)
+            rows.append({"config": fx["id"], "device": dev, "component": comp, "predicted": pv, "measured": mv,
+                         "error": pv - mv, "bound": b, "ok": ok})
+    return rows
+
+
+def all_rows(root=FIXTURES):
+    fixtures, models = load_fixtures(root)
+    with tempfile.TemporaryDirectory(prefix="fit-accuracy-") as tmp:
+        facts = Facts(models, tmp)
+        rows = []
+        for fx in fixtures:
+            rows += compare(fx, facts)
+    return rows
+
+
+def _mib(b):
+    return "%.2f" % (b / MIB)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fixtures", default=str(FIXTURES))
+    p.add_argument("--failures", action="store_true", help="only rows outside their bound")
+    p.add_argument("--json", action="store_true", help="rows as JSON")
+    args = p.parse_args(argv)
+    rows = all_rows(args.fixtures)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    show = [r for r in rows if not r["ok"]] if args.failures else rows
+    w = max([len(r["config"]) for r in show] + [6])
+    head = ("config", "device", "component", "pred MiB", "meas MiB", "err MiB", "bound", "ok")
+    print("%-*s %-6s %-13s %12s %12s %10s %9s %s" % ((w,) + head))
+    for r in show:
+        print("%-*s %-6s %-13s %12s %12s %10s %9s %s" % (
+            w, r["config"], r["device"], r["component"], _mib(r["predicted"]), _mib(r["measured"]),
+            _mib(r["error"]), _mib(r["bound"]) if r["bound"] is not None else "-", "ok" if r["ok"] else "FAIL"))
+    bounded = [r for r in rows if r["bound"] is not None]
+    fails = [r for r in bounded if not r["ok"]]
+    print("\n%d configurations, %d bounded rows, %d outside their bound" % (
+        len({r["config"] for r in rows}), len(bounded), len(fails)))
+    by = {}
+    for r in bounded:
+        k = r["component"]
+        e = by.setdefault(k, [0, 0.0, 0])
+        e[0] += 1
+        e[1] = max(e[1], abs(r["error"]) / MIB)
+        e[2] += 0 if r["ok"] else 1
+    for k, (n, worst, nf) in sorted(by.items()):
+        print("  %-13s rows %4d  worst |error| %9.2f MiB  outside bound %d" % (k, n, worst, nf))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

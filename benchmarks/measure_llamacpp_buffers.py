@@ -1,0 +1,550 @@
+#!/usr/bin/env python
+"""Measure what llama.cpp b11434 allocates per device, as JSON.
+
+One configuration = {model, ctx, parallel, batch, ubatch, cache types, flash
+attention, speculative decoding, devices}. The shared test build's
+llama-server is started with ``--fit off`` on that configuration — on the host
+alone (``devices: local``) or over two ``ggml-rpc-server`` processes on
+127.0.0.1 acting as two devices (``--rpc a,b --device RPC0,RPC1 -ts x,y``) —
+and stopped with one SIGINT as soon as it listens. Its log is parsed for what
+llama.cpp itself prints (b11434 source in brackets):
+
+* ``load_tensors: <buft> model buffer size = X MiB``           (src/llama-model.cpp)
+* ``load_tensors: layer N assigned to device D`` (-lv 5)        (src/llama-model.cpp)
+* ``llama_kv_cache: <buft> KV buffer size = X MiB``            (src/llama-kv-cache.cpp)
+* ``llama_memory_recurrent: <buft> RS buffer size = X MiB``    (src/llama-memory-recurrent.cpp)
+* ``llama_context: <buft>  output buffer size = X MiB``        (src/llama-context.cpp)
+* ``sched_reserve: <buft> compute buffer size = X MiB``        (src/llama-context.cpp)
+* the memory breakdown table printed at shutdown (-lv >= 4)    (common/fit.cpp)
+
+Buffers of the draft/MTP context (a second llama_context) are kept apart from
+the target's. ``llama-fit-params -fitp on`` adds llama.cpp's own projection
+(MiB, truncated) for the same arguments.
+
+    python benchmarks/measure_llamacpp_buffers.py --config '{"model": "/p/m.gguf", "ctx": 8192}'
+    python benchmarks/measure_llamacpp_buffers.py --matrix --out tests/fixtures/llamacpp/b11434-cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import accuracy_models  # noqa: E402
+
+MIB = 1024 * 1024
+CACHE = Path(os.environ.get("DANKFLEET_CACHE", Path.home() / ".cache" / "dankfleet"))
+PREFIX = Path(os.environ.get("LLAMA_PREFIX", CACHE / "llama-b11434-cpu-rpc"))
+MODELS = CACHE / "accuracy-models" / "gen"
+PORTS = range(18600, 18700)  # docs/DEVELOPING.md: planner accuracy runs
+BUILD = "b11434"
+
+DEFAULTS = {
+    "ctx": 8192, "parallel": 1, "batch": 2048, "ubatch": 512,
+    "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "on",
+    "spec_type": [], "spec_draft_n_max": None, "drafter": None,
+    "devices": "local", "n_devices": 2, "tensor_split": None,
+}
+
+
+# ---------------------------------------------------------------------------
+# processes
+# ---------------------------------------------------------------------------
+
+def free_ports(n, avoid=()):
+    """n free TCP ports on 127.0.0.1 from the accuracy range."""
+    got = []
+    for p in PORTS:
+        if p in avoid:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+        got.append(p)
+        if len(got) == n:
+            return got
+    raise RuntimeError(f"no {n} free ports in {PORTS.start}-{PORTS.stop - 1}: stop stale accuracy runs")
+
+
+def wait_port(port, proc, timeout):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            return False
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
+
+
+@contextlib.contextmanager
+def rpc_servers(n, bindir=None, log_dir=None):
+    """n ggml-rpc-server processes (one CPU device each); yields their endpoints."""
+    bindir = Path(bindir or PREFIX / "bin")
+    ports = free_ports(n)
+    procs = []
+    try:
+        for p in ports:
+            log = open(Path(log_dir) / f"rpc-{p}.log", "wb") if log_dir else subprocess.DEVNULL
+            procs.append(subprocess.Popen(
+                [str(bindir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(p), "-t", "1"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        for p, proc in zip(ports, procs):
+            if not wait_port(p, proc, 30):
+                raise RuntimeError(f"ggml-rpc-server on 127.0.0.1:{p} did not start (exit {proc.poll()})")
+        yield [f"127.0.0.1:{p}" for p in ports]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def common_args(cfg, endpoints, spec=True):
+    a = ["-m", cfg["model"], "-c", str(cfg["ctx"]), "-np", str(cfg["parallel"]),
+         "-b", str(cfg["batch"]), "-ub", str(cfg["ubatch"]),
+         "-ctk", cfg["cache_type_k"], "-ctv", cfg["cache_type_v"], "-fa", cfg["flash_attn"],
+         "-t", "1", "-tb", "1"]
+    if cfg["devices"] == "rpc":
+        a += ["--rpc", ",".join(endpoints), "--device", ",".join(f"RPC{i}" for i in range(len(endpoints))),
+              "-ngl", "999"]
+        if cfg.get("tensor_split"):
+            a += ["-ts", ",".join(str(x) for x in cfg["tensor_split"])]
+    else:
+        a += ["--device", "none"]
+    if spec and cfg["spec_type"]:
+        a += ["--spec-type", ",".join(cfg["spec_type"])]
+        if cfg.get("spec_draft_n_max") is not None:
+            a += ["--spec-draft-n-max", str(cfg["spec_draft_n_max"])]
+    if spec and cfg.get("drafter"):
+        a += ["--spec-draft-model", cfg["drafter"]]
+        if cfg["devices"] == "rpc":
+            a += ["--spec-draft-ngl", "999"]
+            if cfg.get("draft_device"):
+                a += ["--spec-draft-device", cfg["draft_device"]]
+    return a
+
+
+def run_server(cfg, endpoints, bindir, timeout=180):
+    """Start llama-server, wait until it listens, SIGINT it; return its log lines."""
+    port = free_ports(1, avoid=[int(e.rsplit(":", 1)[1]) for e in endpoints])[0]
+    cmd = [str(Path(bindir) / "llama-server")] + common_args(cfg, endpoints) + [
+        "--fit", "off", "--no-warmup", "-lv", "5", "--host", "127.0.0.1", "--port", str(port),
+        "--cache-ram", "0", "--no-webui"]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines = []
+    listening = False
+    try:
+        # read the log until the server listens (or dies)
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        while time.monotonic() - t0 < timeout:
+            if not sel.select(0.5):
+                if proc.poll() is not None:
+                    break
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            *done, buf = buf.split(b"\n")
+            for ln in done:
+                s = ln.decode("utf-8", "replace")
+                lines.append(s)
+                # SIGINT only once the task loop runs: start_loop() sets running = true and
+                # would swallow a terminate() that came earlier (tools/server/server-queue.cpp)
+                if "all slots are idle" in s:
+                    listening = True
+            if listening:
+                break
+        if listening:
+            proc.send_signal(signal.SIGINT)
+        else:
+            proc.kill()
+        rest, _ = proc.communicate(timeout=60)
+        lines += (buf + rest).decode("utf-8", "replace").splitlines()
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rest, _ = proc.communicate()
+        lines += rest.decode("utf-8", "replace").splitlines()
+    return {"cmd": cmd, "rc": proc.returncode, "listening": listening,
+            "seconds": round(time.monotonic() - t0, 2), "lines": lines}
+
+
+def run_fit_params(cfg, endpoints, bindir, timeout=120):
+    """llama.cpp's own projection (-fitp on): {device: {model, context, compute}} in MiB.
+
+    llama-fit-params takes no speculative arguments, so this is the target alone.
+    """
+    cmd = [str(Path(bindir) / "llama-fit-params")] + common_args(cfg, endpoints, spec=False) + ["-fitp", "on"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=timeout, text=True)
+    except subprocess.TimeoutExpired:
+        return {"cmd": cmd, "rc": None, "rows": {}}
+    rows = {}
+    for ln in r.stdout.splitlines():
+        parts = ln.split()
+        if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
+            rows[parts[0]] = {"model_mib": int(parts[1]), "context_mib": int(parts[2]), "compute_mib": int(parts[3])}
+    return {"cmd": cmd, "rc": r.returncode, "rows": rows, "stdout": r.stdout.splitlines()}
+
+
+# ---------------------------------------------------------------------------
+# log parsing
+# ---------------------------------------------------------------------------
+
+RE_MODEL = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
+RE_LAYER = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?), is_swa = (\d)")
+RE_KV = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
+RE_KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/(\d+) seqs\)")
+RE_RS = re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB")
+RE_RS_SIZE = re.compile(r"llama_memory_recurrent: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+) seqs\s+(\d+) rs_seq\)")
+RE_OUT = re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")
+RE_COMPUTE = re.compile(r"(?:sched_reserve|llama_context):\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
+RE_CTX_START = re.compile(r"llama_context: constructing llama_context")
+RE_MODEL_START = re.compile(r"llama_model_loader: loaded meta data")
+RE_CPARAM = re.compile(r"llama_context: (n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified|n_rs_seq|n_outputs_max)\s+= (\S+)")
+RE_COPIES = re.compile(r"sched copies = (\d+)")
+RE_FA = re.compile(r"[Ff]lash [Aa]ttention was auto, set to (\w+)|flash_attn\s+=\s+(\w+)")
+RE_BREAKDOWN = re.compile(r"memory_breakdown_print: \|\s+-\s+(.+?)\s+\|(.*)\|\s*$")
+RE_SWA_CELLS = re.compile(r"llama_kv_cache_iswa: creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
+
+WANTED = (RE_MODEL, RE_LAYER, RE_KV, RE_KV_SIZE, RE_RS, RE_RS_SIZE, RE_OUT, RE_COMPUTE, RE_CTX_START,
+          RE_MODEL_START, RE_CPARAM, RE_COPIES, RE_BREAKDOWN, RE_SWA_CELLS)
+
+
+def device_of(buft, endpoints=()):
+    """Map a buffer-type name to the device that owns its memory: RPCn or host.
+
+    An RPC buffer type is named after the *server's* device index and endpoint
+    ("RPC0[127.0.0.1:18601]" is device 0 of the second server); the client-side
+    device name (RPC0, RPC1, ... in --rpc order) is found through the endpoint.
+    """
+    m = re.match(r"RPC(\d+)\[(.+)\]$", buft)
+    if m:
+        if m.group(2) in endpoints:
+            return f"RPC{list(endpoints).index(m.group(2))}"
+        return f"RPC?[{m.group(2)}]"
+    if buft.startswith("RPC"):
+        return buft
+    return "host"
+
+
+def endpoints_from_log(lines):
+    """The --rpc endpoints in device order, read back from the memory breakdown ("- RPC1 (host:port)")."""
+    found = {}
+    for ln in lines:
+        m = re.search(r"memory_breakdown_print: \|\s+-\s+RPC(\d+) \(([^)]+)\)", ln)
+        if m:
+            found[int(m.group(1))] = m.group(2)
+    return [found[i] for i in sorted(found)]
+
+
+def mib(x):
+    return int(round(float(x) * MIB))
+
+
+def parse_log(lines, endpoints=()):
+    """Per-device components (bytes) of the target and draft contexts, plus the raw lines."""
+    comp = ("weights", "kv", "recurrent", "compute", "output")
+    roles = {"target": {}, "draft": {}}
+    layers = {"target": {}, "draft": {}}
+    cparams = {"target": {}, "draft": {}}
+    kv_caches = {"target": [], "draft": []}
+    rs_caches = {"target": [], "draft": []}
+    swa_cells = {"target": [], "draft": []}
+    copies = {}
+    breakdown = {}
+    raw = []
+    n_models = 0
+    n_ctx = 0
+
+    def add(role, dev, key, val):
+        d = roles[role].setdefault(dev, {c: 0 for c in comp})
+        d[key] += val
+
+    for ln in lines:
+        if not any(r.search(ln) for r in WANTED):
+            continue
+        raw.append(ln)
+        if RE_MODEL_START.search(ln):
+            n_models += 1
+            continue
+        if RE_CTX_START.search(ln):
+            n_ctx += 1
+            continue
+        mrole = "target" if n_models <= 1 else "draft"
+        crole = "target" if n_ctx <= 1 else "draft"
+        if m := RE_MODEL.search(ln):
+            add(mrole, device_of(m.group(1), endpoints), "weights", mib(m.group(2)))
+        elif m := RE_LAYER.search(ln):
+            layers[mrole][int(m.group(1))] = {"device": m.group(2) if m.group(2) != "CPU" else "host",
+                                              "is_swa": m.group(3) == "1"}
+        elif m := RE_KV.search(ln):
+            add(crole, device_of(m.group(1), endpoints), "kv", mib(m.group(2)))
+        elif m := RE_KV_SIZE.search(ln):
+            kv_caches[crole].append({"mib": float(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
+                                     "seqs": int(m.group(4)), "streams": int(m.group(5))})
+        elif m := RE_RS.search(ln):
+            add(crole, device_of(m.group(1), endpoints), "recurrent", mib(m.group(2)))
+        elif m := RE_RS_SIZE.search(ln):
+            rs_caches[crole].append({"mib": float(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
+                                     "seqs": int(m.group(4)), "rs_seq": int(m.group(5))})
+        elif m := RE_OUT.search(ln):
+            add(crole, device_of(m.group(1), endpoints), "output", mib(m.group(2)))
+        elif m := RE_COMPUTE.search(ln):
+            # a context may reserve more than once (the MTP context does); the scheduler's
+            # buffers only grow, and each report is the buffer's size now: keep the last
+            dev = device_of(m.group(1), endpoints)
+            add(crole, dev, "compute", 0)
+            roles[crole][dev]["compute"] = mib(m.group(2))
+        elif m := RE_CPARAM.search(ln):
+            cparams[crole][m.group(1)] = m.group(2)
+        elif m := RE_COPIES.search(ln):
+            copies[crole] = int(m.group(1))
+        elif m := RE_SWA_CELLS.search(ln):
+            swa_cells[crole].append({"kind": m.group(1), "cells": int(m.group(2))})
+        elif m := RE_BREAKDOWN.search(ln):
+            name = m.group(1).split(" (")[0]
+            nums = [int(x) for x in re.findall(r"-?\d+", m.group(2))]
+            if name.startswith("RPC") and len(nums) == 7:
+                breakdown[name] = dict(zip(("total", "free", "self", "model", "context", "compute", "unaccounted"), nums))
+            elif len(nums) == 4:
+                breakdown[name] = dict(zip(("self", "model", "context", "compute"), nums))
+
+    devices = {}
+    for role in ("target", "draft"):
+        for dev, d in roles[role].items():
+            e = devices.setdefault(dev, {c: 0 for c in comp} | {"draft": {c: 0 for c in comp}})
+            tgt = e if role == "target" else e["draft"]
+            for c in comp:
+                tgt[c] += d[c]
+    for e in devices.values():
+        e["draft"]["total"] = sum(e["draft"][c] for c in comp)
+        e["total"] = sum(e[c] for c in comp) + e["draft"]["total"]
+    return {
+        "devices": devices,
+        "layers": {r: [layers[r][i] for i in sorted(layers[r])] for r in layers},
+        "cparams": cparams,
+        "kv_caches": kv_caches,
+        "rs_caches": rs_caches,
+        "swa_cells": swa_cells,
+        "sched_copies": copies,
+        "breakdown_mib": breakdown,
+        "raw_lines": raw,
+    }
+
+
+# ---------------------------------------------------------------------------
+# one configuration
+# ---------------------------------------------------------------------------
+
+def normalize(cfg):
+    c = dict(DEFAULTS)
+    c.update(cfg)
+    if c["devices"] not in ("local", "rpc"):
+        raise ValueError(f"devices must be 'local' or 'rpc', got {c['devices']!r}")
+    if c["devices"] == "local" and c.get("tensor_split"):
+        raise ValueError("tensor_split needs devices: rpc")
+    return c
+
+
+def measure(cfg, bindir=None, endpoints=None, fit_params=True):
+    """Measure one configuration; returns the JSON-able result."""
+    cfg = normalize(cfg)
+    bindir = Path(bindir or PREFIX / "bin")
+    need = cfg["n_devices"] if cfg["devices"] == "rpc" else 0
+    with contextlib.ExitStack() as st:
+        if need and len(endpoints or []) < need:
+            endpoints = st.enter_context(rpc_servers(need, bindir))
+        endpoints = list(endpoints or [])[:need]
+        run = run_server(cfg, endpoints, bindir)
+        fit = run_fit_params(cfg, endpoints, bindir) if fit_params else None
+    parsed = parse_log(run["lines"], endpoints)
+    ok = run["listening"] and run["rc"] == 0 and bool(parsed["devices"])
+    out = {
+        "build": BUILD,
+        "config": cfg,
+        "endpoints": endpoints,
+        "ok": ok,
+        "rc": run["rc"],
+        "seconds": run["seconds"],
+        "cmd": [os.path.basename(run["cmd"][0])] + run["cmd"][1:],
+        "measured": parsed,
+        "fit_params_mib": fit["rows"] if fit else None,
+    }
+    if not ok:
+        out["log_tail"] = run["lines"][-60:]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the matrix
+# ---------------------------------------------------------------------------
+
+# ctx values per model: KV in the hundreds of MiB at the larger one
+CTX = {"dense": (8192, 32768), "hybrid": (32768, 65536), "hybrid_mtp": (32768, 65536), "swa": (32768, 131072)}
+SPLITS = ([1, 1], [3, 1])
+
+
+def _cfg(id_, kind, **kw):
+    c = {"id": id_, "kind": kind}
+    c.update(kw)
+    return c
+
+
+def matrix():
+    """The configurations of the accuracy matrix, each with a stable id.
+
+    Per model a half fraction of 2^5 over (ctx, parallel, ubatch, KV type, -ts)
+    on two RPC devices with flash attention on (the deployed setting): every
+    factor and every pair of factors is varied, in 16 loads instead of 32.
+    Then flash attention off at f16 (the compute law without FA), one local
+    (host-only) load per model, the speculative shapes (MTP on the qwen35 head,
+    a draft-simple drafter pinned to either device or split),
+    geometry variants that separate the compute law's n_embd and n_ff terms,
+    and one and three RPC devices (pipeline-parallel copies off / a middle card).
+    """
+    out = []
+    for kind in ("dense", "hybrid", "hybrid_mtp", "swa"):
+        for ci, pi, ui, ki, ti in itertools.product(range(2), repeat=5):
+            if (ci + pi + ui + ki + ti) % 2:
+                continue
+            kv = ("f16", "q8_0")[ki]
+            ctx, np_, ub, ts = CTX[kind][ci], (1, 2)[pi], (512, 2048)[ui], SPLITS[ti]
+            out.append(_cfg(f"{kind}-c{ctx}-np{np_}-ub{ub}-{kv}-ts{ts[0]}{ts[1]}", kind, ctx=ctx, parallel=np_,
+                            ubatch=ub, cache_type_k=kv, cache_type_v=kv, devices="rpc", tensor_split=ts))
+        for ci, ui in itertools.product(range(2), repeat=2):
+            ctx, ub = CTX[kind][0] // (1, 4)[ci], (512, 2048)[ui]
+            out.append(_cfg(f"{kind}-c{ctx}-np2-ub{ub}-f16-nofa-ts11", kind, ctx=ctx, parallel=2, ubatch=ub,
+                            flash_attn="off", devices="rpc", tensor_split=[1, 1]))
+        out.append(_cfg(f"{kind}-c{CTX[kind][0]}-np2-ub512-f16-local", kind, ctx=CTX[kind][0], parallel=2,
+                        ubatch=512, devices="local"))
+    for ci, ui in itertools.product(range(2), repeat=2):
+        ctx, ub = CTX["hybrid_mtp"][ci], (512, 2048)[ui]
+        out.append(_cfg(f"hybrid_mtp-c{ctx}-np2-ub{ub}-f16-mtp3-ts11", "hybrid_mtp", ctx=ctx, parallel=2, ubatch=ub,
+                        devices="rpc", tensor_split=[1, 1], spec_type=["draft-mtp"], spec_draft_n_max=3))
+    out.append(_cfg("hybrid_mtp-c32768-np1-ub512-q8_0-mtp7-ts31", "hybrid_mtp", ctx=32768, parallel=1, ubatch=512,
+                    cache_type_k="q8_0", cache_type_v="q8_0", devices="rpc", tensor_split=[3, 1],
+                    spec_type=["draft-mtp"], spec_draft_n_max=7))
+    out.append(_cfg("hybrid_mtp-c32768-np2-ub512-f16-mtp3-local", "hybrid_mtp", ctx=32768, parallel=2, ubatch=512,
+                    devices="local", spec_type=["draft-mtp"], spec_draft_n_max=3))
+    for dev in ("RPC1", "RPC0", None):
+        tag = dev.lower() if dev else "split"
+        out.append(_cfg(f"dense-c32768-np2-ub512-f16-simple-{tag}-ts11", "dense", ctx=32768, parallel=2, ubatch=512,
+                        devices="rpc", tensor_split=[1, 1], spec_type=["draft-simple"], spec_draft_n_max=8,
+                        drafter_kind="drafter", draft_device=dev))
+    # no DFlash drafter: b11434 aborts reserving the generated medium draft-dflash graph (ggml-backend.cpp:2133
+    # hash_set.size >= n_nodes + n_leafs at -ub 512; ggml_reshape_3d in build_dflash2_selector at -np 2)
+    for kind in ("dense_ff8k", "dense_e2k"):
+        for ub in (512, 2048):
+            out.append(_cfg(f"{kind}-c8192-np1-ub{ub}-f16-ts11", kind, ctx=8192, parallel=1, ubatch=ub,
+                            devices="rpc", tensor_split=[1, 1]))
+            out.append(_cfg(f"{kind}-c8192-np2-ub{ub}-f16-nofa-ts11", kind, ctx=8192, parallel=2, ubatch=ub,
+                            flash_attn="off", devices="rpc", tensor_split=[1, 1]))
+    for ub in (512, 2048):
+        out.append(_cfg(f"dense-c8192-np1-ub{ub}-f16-rpc3-ts111", "dense", ctx=8192, parallel=1, ubatch=ub,
+                        devices="rpc", n_devices=3, tensor_split=[1, 1, 1]))
+        out.append(_cfg(f"dense-c8192-np1-ub{ub}-f16-rpc1", "dense", ctx=8192, parallel=1, ubatch=ub,
+                        devices="rpc", n_devices=1))
+    return out
+
+
+def model_record(name, out_dir):
+    """Generate (once) the matrix model `name`; its path and the fixture's record of it."""
+    entry = accuracy_models.ensure_model(name, MODELS)
+    header = accuracy_models.dump_header(entry["path"])
+    kind, overrides = accuracy_models.MODELS[name]
+    rec = {"name": name, "generator": {"script": "tests/lab/gen_models.py", "kind": kind, "scale": "medium",
+                                       "overrides": overrides, "seed": entry["seed"],
+                                       "recipe_sha256": entry["recipe_sha256"]},
+           "file_size": entry["size"], "sha256": entry["sha256"], "header": header}
+    return entry["path"], rec
+
+
+def run_matrix(out_dir, only=None, bindir=None, force=False):
+    out_dir = Path(out_dir)
+    (out_dir / "models").mkdir(parents=True, exist_ok=True)
+    bindir = Path(bindir or PREFIX / "bin")
+    paths = {}
+    todo = [c for c in matrix() if not only or any(re.search(o, c["id"]) for o in only)]
+    todo = [c for c in todo if force or not (out_dir / f"{c['id']}.json").exists()]
+    print(f"{len(todo)} configurations to measure", file=sys.stderr)
+    n_rpc = max([c.get("n_devices", 2) for c in todo if c.get("devices") == "rpc"] or [0])
+    with rpc_servers(n_rpc, bindir) if n_rpc else contextlib.nullcontext([]) as endpoints:
+        for i, c in enumerate(todo):
+            for k in (c["kind"], c.get("drafter_kind")):
+                if k and k not in paths:
+                    paths[k], rec = model_record(k, out_dir)
+                    (out_dir / "models" / f"{k}.json").write_text(json.dumps(rec, indent=1) + "\n")
+            cfg = {k: v for k, v in c.items() if k not in ("id", "kind", "drafter_kind")}
+            cfg["model"] = paths[c["kind"]]
+            if c.get("drafter_kind"):
+                cfg["drafter"] = paths[c["drafter_kind"]]
+            t0 = time.monotonic()
+            res = measure(cfg, bindir, endpoints)
+            out = {"id": c["id"], "model": c["kind"], "drafter": c.get("drafter_kind")}
+            out.update(res)
+            # paths and ports are of this machine only
+            out["config"]["model"] = f"{c['kind']}.gguf"
+            if out["config"].get("drafter"):
+                out["config"]["drafter"] = f"{c['drafter_kind']}.gguf"
+            out.pop("endpoints", None)
+            out["cmd"] = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", re.sub(r"^/.*/", "", a)) for a in out["cmd"]]
+            (out_dir / f"{c['id']}.json").write_text(json.dumps(out, indent=1) + "\n")
+            print(f"[{i + 1}/{len(todo)}] {c['id']}: ok={out['ok']} {time.monotonic() - t0:.1f}s", file=sys.stderr)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", help="one configuration as JSON (model path required)")
+    p.add_argument("--matrix", action="store_true", help="measure the accuracy matrix into --out")
+    p.add_argument("--list", action="store_true", help="print the matrix ids")
+    p.add_argument("--only", action="append", help="regex on matrix ids (repeatable)")
+    p.add_argument("--force", action="store_true", help="re-measure configurations already in --out")
+    p.add_argument("--out", default="tests/fixtures/llamacpp/b11434-cpu")
+    p.add_argument("--bindir", default=str(PREFIX / "bin"))
+    args = p.parse_args(argv)
+    if args.list:
+        for c in matrix():
+            print(c["id"])
+        return 0
+    if args.matrix:
+        run_matrix(args.out, args.only, args.bindir, args.force)
+        return 0
+    if args.config:
+        res = measure(json.loads(args.config), args.bindir)
+        print(json.dumps(res, indent=1))
+        return 0 if res["ok"] else 1
+    p.error("give --config, --matrix or --list")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,2 +1,0 @@
-def test_systemd(host):
-    assert host.run("systemctl is-system-running").stdout.strip() in ("running", "degraded")

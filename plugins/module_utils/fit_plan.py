@@ -1,0 +1,1134 @@
+# -*- coding: utf-8 -*-
+# Copyright: dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""fit_plan: size a llama.cpp layer-split deployment before it is deployed.
+
+Plain Python (no Ansible import): ``plan(gpus, model, serve, drafter=None, mmproj=None,
+host_ram_bytes=None) -> dict``. ``model``/``drafter``/``mmproj`` are gguf_info facts
+(plugins/module_utils/gguf_facts.py), ``gpus`` a list of ``{name, vram_total_bytes,
+vram_reserved_bytes}`` or gpu_facts' output as is. The filter plugin
+``dankfleet.llm.fit_plan`` is a thin wrapper.
+
+The laws are llama.cpp b11434's, each named where it lives:
+
+* layer -> device (src/llama-model.cpp ``load_tensors``): the ``n_layer_all + 1`` slots
+  (every block, then the output layer) are cut by the cumulative normalised tensor split;
+  slot ``il`` goes to the first device whose cumulative share exceeds ``il / (n_layer_all+1)``.
+  The token embedding stays on the host ("there is very little benefit to offloading the
+  input layer"). With integer splits summing to the block count, as the runbook writes
+  them, ``-ts a:b`` puts blocks ``0..a`` (a+1 of them) on the first card.
+* context (src/llama-context.cpp): ``n_ctx`` padded to 256; unless ``kv_unified``,
+  ``n_ctx_seq = pad256(n_ctx / n_seq_max)`` and ``n_ctx = n_ctx_seq * n_seq_max``; the KV
+  cache holds ``n_ctx_seq`` cells per stream, one stream per slot.
+* KV (src/llama-kv-cache.cpp, llama-kv-cache-iswa.cpp): per attention layer
+  ``row(type_k, n_head_kv*key_length) + row(type_v, n_head_kv*value_length)`` per cell, on the
+  device of that layer; sliding-window layers hold ``pad256(min(n_ctx_seq, n_swa*(unified ?
+  n_seq_max : 1) + n_ubatch))`` cells per stream. Recurrent and nextn layers hold no KV in
+  the main context.
+* recurrent state (src/llama-memory-recurrent.cpp): per recurrent layer
+  ``(n_embd_r + n_embd_s) * 4`` bytes (f32) per row, ``n_seq_max * (1 + n_rs_seq)`` rows, where
+  ``n_rs_seq = spec_draft_n_max`` when a model-backed drafter is on and the arch supports
+  rollback (common/common.h ``need_n_rs_seq``, llama-arch.cpp ``llm_arch_supports_rs_rollback``).
+* speculative decoding (common/speculative.cpp): the draft context is built with
+  ``n_ctx = llama_n_ctx(ctx_tgt)`` -- the *target's* context, no flag caps it -- so a drafter
+  without a sliding window caches the whole window; ``draft-mtp`` builds a context against
+  the target holding only the nextn layer(s), whose KV and weights sit on the nextn layer's
+  device (the last one).
+* compute buffers: a function of ubatch, context and vocab with per-backend constants in
+  ``PROFILES`` below, each documented with where it came from.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import math
+import re
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+KV_PAD = 256            # llama-context.cpp: n_ctx and n_ctx_seq padded to 256; iswa SWA cache padded to 256
+
+SPEC_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+              "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+MODEL_DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")   # need --spec-draft-model
+CONTEXT_DRAFT_TYPES = MODEL_DRAFT_TYPES + ("draft-mtp",)                                # need a draft context
+BLOCK_DRAFT_TYPES = ("draft-dflash", "draft-dspark")
+BACKENDS = ("hip", "cuda", "cpu")
+CACHE_TYPES = {"f32": ("F32", 1, 4), "f16": ("F16", 1, 2), "bf16": ("BF16", 1, 2), "q8_0": ("Q8_0", 32, 34),
+               "q4_0": ("Q4_0", 32, 18), "q4_1": ("Q4_1", 32, 20), "iq4_nl": ("IQ4_NL", 32, 18),
+               "q5_0": ("Q5_0", 32, 22), "q5_1": ("Q5_1", 32, 24)}
+# llm_arch_supports_rs_rollback (src/llama-arch.cpp b11434), used when facts lack "rs_rollback"
+RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+                     "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3")
+
+# ---------------------------------------------------------------------------------------------
+# Per-backend compute constants. The one place to calibrate; every number says where it came from.
+#
+# Terms (per device, per llama_context whose graph runs there; "ub" = min(n_ctx, n_ubatch)):
+#   device_overhead_bytes     runtime/driver context on every device the process uses (what rocm-smi
+#                             counts beyond the buffers llama.cpp prints)
+#   compute_base_bytes        fixed part of the target context's compute buffer on a device holding layers
+#   act_embd_bytes            bytes per (ub token x n_embd) of activations on a device holding layers
+#   act_ff_bytes              bytes per (ub token x n_ff) -- the FFN intermediates
+#   split_embd_bytes          bytes per (ub token x n_embd) per pipeline copy: the hidden state a device is
+#                             handed (two of them for the MTP graph: hidden state + token embedding)
+#   first_embd_bytes          bytes per (ub token x n_embd) per *extra* pipeline copy on the device holding
+#                             layer 0 of a model split over several devices
+#   mask_bytes_per_cell       bytes per (KV cell x ub token) per pipeline copy: the KQ mask with flash
+#                             attention on every device holding attention layers (and on the host that builds
+#                             it), sized by the cells one stream attends (n_ctx_seq; the SWA cache for SWA
+#                             layers, a mask of its own)
+#   mask_bytes_per_cell_nofa  the same without flash attention (f32 mask; the KQ matrix is a law term)
+#   attn_embd_bytes_nofa      without flash attention: bytes per (ub token x n_embd) alive beside the KQ
+#                             matrix, which replaces the FFN's activations as the layer's peak
+#   attn_gate_bytes_nofa      ... plus this per (ub token x n_head x key_length) where the attention output is
+#                             gated (qwen3next/qwen35: the gate half of q lives across the attention)
+#   host_embd_bytes           bytes per (ub token x n_embd) of the llama-server process's own CPU compute buffer
+#   host_split_embd_bytes     ... plus this per pipeline copy (the split inputs the host sends)
+#   mtp_host_share            the MTP context's host buffer as a share of the target's (one block, no mask
+#                             of its own beyond the nextn layer's)
+#   host_modelled             whether the host_* terms (and the masks the host builds) were measured; false: the
+#                             plan's host compute is 0 (not predicted)
+#   pipeline_copies           true: the split/first/mask constants are per pipeline copy and the law multiplies
+#                             by the copies; false: they are effective totals (a profile fitted to card totals)
+#   logits_ubatch_bytes       bytes per (ub token x n_vocab) on the output device *beyond* the law's
+#                             n_outputs x n_vocab x 4 (b11434 reserves only n_outputs_max rows of logits;
+#                             the runbook's build paid for a full ubatch)
+#   draft_compute_base_bytes  fixed part of a draft context's (MTP or drafter model) compute buffer
+#   mmproj_compute_bytes      the vision encoder's warm-up compute buffer on the mmproj device
+# Law terms that need no constant: logits n_outputs x n_vocab x 4; without flash attention the
+# KQ matrix n_kv x ub x n_head x 4 per attention device (the widest mask's cells: one layer at a time);
+# the pipeline copies (GGML_SCHED_MAX_COPIES = 4 when the model spans more than one device, else 1).
+# ---------------------------------------------------------------------------------------------
+PROFILES = {
+    "hip": {
+        "source": "fitted (non-negative least squares, pulled towards the smallest worst error) to the 38 rocm-smi "
+                  "figures the runbook records for 2x R9700 / frank-medium, 2026-09-16..17: the 1:1 ctx ladder, the "
+                  "DSpark and DFlash2 -ts/ubatch tables, the 327680 and 393216 loads, the card-1 spec A/B "
+                  "(tests/fixtures/runbook_points.py; benchmarks/fit_plan_calibrate_hip.py --fit re-derives it). "
+                  "Worst residual 0.62 GiB. device_overhead is a prior (an idle HIP context); the activation "
+                  "terms fitted to zero -- at ubatch 512..1536 the KQ mask and the logits carry the ubatch cost. "
+                  "Effective constants (pipeline_copies false): the mask's 7.75 B per (cell x token) is the total "
+                  "over the copies, fitted before the copies law was measured; re-fitting under the law (x4 split, "
+                  "x1 pinned drafter) also reaches 0.63 GiB but moves the 393216/MTP balance to 35:30, so the hip "
+                  "profile waits for HIP measurements that separate the two.",
+        "pipeline_copies": False,
+        "device_overhead_bytes": 300 * MIB,
+        "compute_base_bytes": 561 * MIB,
+        "act_embd_bytes": 0.0,
+        "act_ff_bytes": 0.0,
+        "split_embd_bytes": 0.0,
+        "first_embd_bytes": 0.0,
+        "mask_bytes_per_cell": 7.75,
+        "mask_bytes_per_cell_nofa": 7.75,       # the fit's value, applied with and without flash attention
+        "attn_embd_bytes_nofa": 0.0,
+        "attn_gate_bytes_nofa": 0.0,
+        "logits_ubatch_bytes": 3.5,
+        "draft_compute_base_bytes": 551 * MIB,
+        "mmproj_compute_bytes": 37 * MIB,
+        "host_modelled": False,                 # the runbook records no host RAM figures
+        "host_embd_bytes": 0.0,
+        "host_split_embd_bytes": 0.0,
+        "mtp_host_share": 0.5,
+    },
+    "cpu": {
+        "source": "measured: llama.cpp b11434 (CPU + RPC build) llama-server --fit off, 101 loads of the lab generator's "
+                  "medium models (dense llama, qwen35 hybrid, qwen35+MTP, gemma3 sliding-window, draft-small) over "
+                  "one, two and three ggml-rpc-server devices and on the host alone, ctx 2048..131072, parallel 1/2, "
+                  "ubatch 512/2048, f16/q8_0 KV, flash attention on/off, draft-mtp and draft-simple "
+                  "(tests/fixtures/llamacpp/b11434-cpu; benchmarks/fit_accuracy.py prints every error). Each "
+                  "constant is the per-token slope of the printed compute buffers: see the comment beside it.",
+        "pipeline_copies": True,                # constants per pipeline copy; the law multiplies (x4 split, x1 alone)
+        "device_overhead_bytes": 0,             # RPC devices: nothing beyond the buffers llama.cpp prints
+        "compute_base_bytes": 0,                # no fixed part: every buffer scales with ubatch (+/- 0.1 MiB)
+        # a layer's own peak beyond the FFN: 8 x n_embd per token on the dense, hybrid and SWA models alike
+        # (measured 4 x n_embd plus 4..8 KiB; n_embd 1024 -> 2048 moved it by 4 x n_embd)
+        "act_embd_bytes": 8.0,
+        "act_ff_bytes": 12.0,                   # n_ff 2816 -> 8192 added 12.0 B per n_ff per token, every device
+        "split_embd_bytes": 4.0,                # f32 hidden state per copy: 16 x n_embd with 4 copies, 4 with 1
+        "first_embd_bytes": 12.0,               # layer-0 device: +36 x n_embd per token at 4 copies, +0 at 1
+        "mask_bytes_per_cell": 2.0,             # f16 mask: 8 B per (cell x token) with 4 copies, 2 B alone
+        "mask_bytes_per_cell_nofa": 4.0,        # f32 mask without flash attention: 16 B with 4 copies
+        # without FA the attention is the peak (n_ff 2816 -> 8192 moved nothing): 30 x n_embd beside the KQ
+        # matrix, + 12 B per gate element on qwen35 (the minimax over the 22 no-FA loads, worst 0.63 of bound)
+        "attn_embd_bytes_nofa": 30.0,
+        "attn_gate_bytes_nofa": 12.0,
+        "logits_ubatch_bytes": 0.0,             # logits are n_outputs_max rows (n_vocab 32768 x 65536 x 128000 alike)
+        "draft_compute_base_bytes": 0,
+        "mmproj_compute_bytes": 0,              # not measured (no mmproj in the matrix)
+        "host_modelled": True,
+        "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
+        "host_split_embd_bytes": 8.0,
+        "mtp_host_share": 0.5,                  # MTP host buffer 20 x n_embd per token at 4 copies (target's 40)
+    },
+    "cuda": {
+        "source": "PLACEHOLDER copied from hip until the GPU-validation issue measures CUDA (nvidia-smi).",
+        "device_overhead_bytes": 300 * MIB,
+        "compute_base_bytes": 200 * MIB,
+        "act_embd_bytes": 16.0,
+        "act_ff_bytes": 12.0,
+        "pipeline_copies": False,
+        "split_embd_bytes": 0.0,
+        "first_embd_bytes": 0.0,
+        "mask_bytes_per_cell": 8.0,
+        "mask_bytes_per_cell_nofa": 8.0,
+        "attn_embd_bytes_nofa": 0.0,
+        "attn_gate_bytes_nofa": 0.0,
+        "logits_ubatch_bytes": 4.0,
+        "draft_compute_base_bytes": 300 * MIB,
+        "mmproj_compute_bytes": 256 * MIB,
+        "host_modelled": False,
+        "host_embd_bytes": 0.0,
+        "host_split_embd_bytes": 0.0,
+        "mtp_host_share": 0.5,
+    },
+}
+
+
+class FitPlanError(ValueError):
+    """Malformed input: the message names the field and what would fix it."""
+
+
+# ------------------------------------------------------------------------------ input handling
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_field(d, key, where, default=None, minimum=None, required=False):
+    if d is None or key not in d or d.get(key) is None:
+        if required:
+            raise FitPlanError("%s.%s is missing" % (where, key))
+        return default
+    v = d[key]
+    if isinstance(v, str) and re.match(r"^-?\d+$", v.strip()):
+        v = int(v.strip())
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if not _is_int(v):
+        raise FitPlanError("%s.%s must be an integer, got %r" % (where, key, v))
+    if minimum is not None and v < minimum:
+        raise FitPlanError("%s.%s must be >= %d, got %d" % (where, key, minimum, v))
+    return v
+
+
+def _gpu_list(gpus):
+    """Accept a list of gpu dicts or gpu_facts' result ({'gpus': [...]}); drop integrated GPUs."""
+    if isinstance(gpus, dict):
+        if "gpus" not in gpus:
+            raise FitPlanError("gpus: a dict must be gpu_facts' result with a 'gpus' list; got keys %s"
+                               % ", ".join(sorted(gpus)) if gpus else "gpus: empty dict; pass gpu_facts' result or a list")
+        gpus = gpus["gpus"]
+    if not isinstance(gpus, (list, tuple)):
+        raise FitPlanError("gpus must be a list of {name, vram_total_bytes, vram_reserved_bytes} "
+                           "(or gpu_facts' result), got %s" % type(gpus).__name__)
+    out, skipped = [], []
+    for i, g in enumerate(gpus):
+        where = "gpus[%d]" % i
+        if not isinstance(g, dict):
+            raise FitPlanError("%s must be a dict with name and vram_total_bytes, got %r" % (where, g))
+        if g.get("integrated") or g.get("hidden"):
+            skipped.append(str(g.get("name") or g.get("marketing_name") or "gpus[%d]" % i))
+            continue
+        name = g.get("name")
+        if name in (None, ""):
+            raise FitPlanError("%s.name is missing: name each GPU (gpu_facts provides it)" % where)
+        total = _int_field(g, "vram_total_bytes", where, required=True, minimum=1)
+        reserved = _int_field(g, "vram_reserved_bytes", where, default=0, minimum=0)
+        pcie = g.get("pcie") if isinstance(g.get("pcie"), dict) else {}
+        width = g.get("narrowest_link_width", pcie.get("narrowest_link_width"))
+        gbps = g.get("narrowest_link_gbps", pcie.get("narrowest_link_gbps"))
+        out.append({"name": str(name), "index": len(out), "vram_total_bytes": total, "vram_reserved_bytes": reserved,
+                    "narrowest_link_width": width, "narrowest_link_gbps": gbps,
+                    "device": g.get("device") or g.get("llama_device")})
+    if not out:
+        excluded = " (integrated GPUs excluded: %s)" % ", ".join(skipped) if skipped else ""
+        raise FitPlanError("gpus: no usable GPU%s -- this host has nothing to split the model over; plan for a "
+                           "host with at least one discrete GPU" % excluded)
+    return out, skipped
+
+
+def _check_facts(facts, what):
+    if not isinstance(facts, dict):
+        raise FitPlanError("%s must be gguf_info facts (a dict), got %s" % (what, type(facts).__name__))
+    if facts.get("is_mmproj"):
+        raise FitPlanError("%s is an mmproj file (%s); pass it as mmproj=, not %s=" % (what, facts.get("path"), what))
+    for key in ("architecture", "block_count", "layers", "embedding_length"):
+        if facts.get(key) in (None, ""):
+            raise FitPlanError("%s.%s is missing: pass the result of dankfleet.llm.gguf_info for the %s GGUF"
+                               % (what, key, what))
+    arch = facts["architecture"]
+    if facts.get("architecture_supported") is False:
+        raise FitPlanError("%s.architecture %r is not one fit_plan knows how to size (its layer kinds are not derived); "
+                           "supported: dense llama-family, qwen35/qwen35moe/qwen3next hybrids, sliding-window "
+                           "gemma2/gemma3/cohere2/gpt-oss, mamba/rwkv, dflash drafters" % (what, arch))
+    layers = facts["layers"]
+    if not isinstance(layers, list) or len(layers) != facts["block_count"]:
+        raise FitPlanError("%s.layers must list block_count (%s) layers, has %s"
+                           % (what, facts["block_count"], len(layers) if isinstance(layers, list) else type(layers).__name__))
+    for i, L in enumerate(layers):
+        for key in ("kind", "tensor_bytes"):
+            if not isinstance(L, dict) or key not in L:
+                raise FitPlanError("%s.layers[%d].%s is missing: pass gguf_info's result unmodified" % (what, i, key))
+        if L["kind"] not in ("attention", "swa", "recurrent", "nextn", "ffn"):
+            raise FitPlanError("%s.layers[%d].kind %r is unknown (architecture %r): fit_plan sizes attention, swa, "
+                               "recurrent, nextn and ffn layers" % (what, i, L["kind"], arch))
+        if L["kind"] in ("attention", "swa", "nextn"):
+            for key in ("n_head_kv", "key_length", "value_length"):
+                if L.get(key) is None:
+                    raise FitPlanError("%s.layers[%d].%s is missing for a %s layer" % (what, i, key, L["kind"]))
+    if any(L["kind"] == "recurrent" for L in layers):
+        rs = facts.get("recurrent_state") or {}
+        if rs.get("bytes_per_layer_per_seq") is None:
+            raise FitPlanError("%s.recurrent_state.bytes_per_layer_per_seq is missing: the model has recurrent layers "
+                               "and their state cannot be sized without the ssm.* dimensions" % what)
+    if any(L["kind"] == "swa" for L in layers) and not facts.get("sliding_window"):
+        raise FitPlanError("%s.sliding_window is missing although layers are sliding-window" % what)
+
+
+def _cache_row(type_name, n, field):
+    t = CACHE_TYPES.get(str(type_name).lower())
+    if t is None:
+        raise FitPlanError("serve.%s %r is not a KV cache type llama.cpp accepts; use one of %s"
+                           % (field, type_name, ", ".join(sorted(CACHE_TYPES))))
+    _name, blck, size = t
+    if n % blck:
+        raise FitPlanError("serve.%s %s needs row lengths that are multiples of %d; this model's are %d"
+                           % (field, type_name, blck, n))
+    return n // blck * size
+
+
+def _normalize_serve(serve, model, drafter):
+    if not isinstance(serve, dict):
+        raise FitPlanError("serve must be a dict (backend, ctx_size, parallel, ...), got %s" % type(serve).__name__)
+    s = {}
+    backend = serve.get("backend")
+    if backend is None:
+        raise FitPlanError("serve.backend is missing: one of %s (picks the compute-buffer profile)" % ", ".join(BACKENDS))
+    if backend not in PROFILES:
+        raise FitPlanError("serve.backend %r is unknown; use one of %s" % (backend, ", ".join(sorted(PROFILES))))
+    s["backend"] = backend
+    split_mode = serve.get("split_mode", "layer") or "layer"
+    if split_mode != "layer":
+        raise FitPlanError("serve.split_mode %r is not planned: fit_plan sizes --split-mode layer only" % split_mode)
+    s["split_mode"] = split_mode
+    if "ctx_size" not in serve or serve.get("ctx_size") is None:
+        raise FitPlanError("serve.ctx_size is missing: an integer (the whole pool, divided by parallel) or 'max'")
+    ctx = serve["ctx_size"]
+    if ctx == "max":
+        s["ctx_size"] = "max"
+    else:
+        s["ctx_size"] = _int_field(serve, "ctx_size", "serve", minimum=1)
+    s["parallel"] = _int_field(serve, "parallel", "serve", default=1, minimum=1)
+    s["batch_size"] = _int_field(serve, "batch_size", "serve", default=2048, minimum=1)
+    s["ubatch_size"] = _int_field(serve, "ubatch_size", "serve", default=512, minimum=1)
+    s["kv_unified"] = bool(serve.get("kv_unified", False))
+    s["cache_type_k"] = str(serve.get("cache_type_k", "f16") or "f16").lower()
+    s["cache_type_v"] = str(serve.get("cache_type_v", "f16") or "f16").lower()
+    fa = serve.get("flash_attn", "on")
+    if fa in (True, "on", "auto", "true", 1):
+        s["flash_attn"] = True
+    elif fa in (False, "off", "false", 0):
+        s["flash_attn"] = False
+    else:
+        raise FitPlanError("serve.flash_attn %r: use on, off or auto" % (fa,))
+    st = serve.get("spec_type") or []
+    if isinstance(st, str):
+        st = [x.strip() for x in st.split(",") if x.strip()]
+    if not isinstance(st, (list, tuple)):
+        raise FitPlanError("serve.spec_type must be a list of speculative types, got %r" % (st,))
+    for t in st:
+        if t not in SPEC_TYPES:
+            raise FitPlanError("serve.spec_type %r is not a llama.cpp b11434 speculative type; use %s"
+                               % (t, ", ".join(SPEC_TYPES)))
+    s["spec_type"] = list(st)
+    s["spec_draft_n_max"] = _int_field(serve, "spec_draft_n_max", "serve", default=3, minimum=0)
+    # the draft context's KV types are --spec-draft-type-k/-v, f16 unless given: they do NOT follow -ctk/-ctv
+    # (common/common.h common_params_speculative_draft cache_type_k/v = GGML_TYPE_F16; common/speculative.cpp
+    # common_base_params_to_speculative copies them over the target's). Measured: draft-mtp beside a q8_0 target
+    # KV holds an f16 nextn cache (tests/fixtures/llamacpp/b11434-cpu/hybrid_mtp-c32768-np1-ub512-q8_0-mtp7-ts31).
+    s["cache_type_k_draft"] = str(serve.get("cache_type_k_draft") or "f16").lower()
+    s["cache_type_v_draft"] = str(serve.get("cache_type_v_draft") or "f16").lower()
+    s["draft_device"] = serve.get("draft_device")
+    s["mmproj_device"] = serve.get("mmproj_device")
+    s["floor_bytes"] = _int_field(serve, "floor_bytes", "serve", default=0, minimum=0)
+    s["max_gap_bytes"] = _int_field(serve, "max_gap_bytes", "serve", default=None, minimum=0)
+    s["lean_layers"] = _int_field(serve, "lean_layers", "serve", default=0, minimum=0)
+    cr = serve.get("cache_ram_mib")
+    if cr is None or cr == "auto":
+        s["cache_ram_mib"] = cr
+    else:
+        s["cache_ram_mib"] = _int_field(serve, "cache_ram_mib", "serve", minimum=-1)
+    ts = serve.get("tensor_split", "auto")
+    if ts is None or ts == "auto":
+        s["tensor_split"] = "auto"
+    else:
+        if isinstance(ts, str):
+            ts = [x for x in re.split(r"[,/:]", ts) if x.strip()]
+        if not isinstance(ts, (list, tuple)):
+            raise FitPlanError("serve.tensor_split must be a list of numbers or 'auto', got %r" % (ts,))
+        vals = []
+        for x in ts:
+            try:
+                vals.append(float(x))
+            except (TypeError, ValueError):
+                raise FitPlanError("serve.tensor_split entry %r is not a number" % (x,))
+        if any(v < 0 for v in vals) or sum(vals) <= 0:
+            raise FitPlanError("serve.tensor_split %r: entries must be >= 0 and not all zero" % (list(ts),))
+        s["tensor_split"] = vals
+    s["max_ctx_per_slot"] = _int_field(serve, "max_ctx_per_slot", "serve", default=None, minimum=KV_PAD)
+    # derived KV row sizes (per cell) need the model geometry: checked in _kv_bytes_per_cell
+    if not s["flash_attn"] and s["cache_type_v"] not in ("f16", "f32", "bf16"):
+        raise FitPlanError("serve.cache_type_v %s needs flash_attn on: llama.cpp refuses a quantized V cache without "
+                           "flash attention" % s["cache_type_v"])
+    return s
+
+
+def _device_index(ref, gpus, field):
+    if ref is None:
+        return None
+    if _is_int(ref):
+        if 0 <= ref < len(gpus):
+            return ref
+        raise FitPlanError("serve.%s %d is out of range: %d device(s)" % (field, ref, len(gpus)))
+    ref = str(ref)
+    matches = [g["index"] for g in gpus if ref in (g["name"], g.get("device"))]
+    if len(matches) == 1:
+        return matches[0]
+    m = re.match(r"^[A-Za-z_-]*?(\d+)$", ref)
+    if m and int(m.group(1)) < len(gpus):
+        return int(m.group(1))
+    raise FitPlanError("serve.%s %r names no device; use an index 0..%d, a llama.cpp device name (ROCm1, CUDA0) "
+                       "or a unique gpus[].name" % (field, ref, len(gpus) - 1))
+
+
+# ------------------------------------------------------------------------------ llama.cpp laws
+
+def pad(n, to=KV_PAD):
+    return ((n + to - 1) // to) * to
+
+
+def context_shape(n_ctx, n_seq_max, kv_unified=False):
+    """llama-context.cpp: (n_ctx, n_ctx_seq) after padding."""
+    n_ctx = pad(n_ctx)
+    if kv_unified:
+        return n_ctx, n_ctx
+    n_ctx_seq = pad(n_ctx // n_seq_max)
+    if n_ctx_seq == 0:
+        raise FitPlanError("serve.ctx_size %d over %d slots leaves 0 tokens per slot" % (n_ctx, n_seq_max))
+    return n_ctx_seq * n_seq_max, n_ctx_seq
+
+
+def assign_slots(n_layer_all, split, n_dev):
+    """llama-model.cpp load_tensors: device of each of the n_layer_all + 1 slots (last = output)."""
+    if split is None or all(x == 0 for x in split):
+        split = [1.0] * n_dev
+    total = float(sum(split))
+    cum, acc = [], 0.0
+    for x in split:
+        acc += x
+        cum.append(acc / total)
+    act = n_layer_all + 1
+    out = []
+    for il in range(n_layer_all + 1):
+        v = float(il) / act
+        dev = next((j for j, c in enumerate(cum) if c > v), n_dev - 1)
+        out.append(dev)
+    return out
+
+
+def counts_to_split(counts, n_layer_all):
+    """Integer -ts over the block count (the runbook's convention) that reproduces per-device slot counts."""
+    ts = list(counts)
+    ts[0] -= 1
+    if sum(ts) != n_layer_all or ts[0] < 1:
+        return None
+    return ts
+
+
+def _kv_row(layer, s, draft=False):
+    tk = s["cache_type_k_draft"] if draft else s["cache_type_k"]
+    tv = s["cache_type_v_draft"] if draft else s["cache_type_v"]
+    nk = layer["n_head_kv"] * layer["key_length"]
+    nv = layer["n_head_kv"] * layer["value_length"]
+    return (_cache_row(tk, nk, "cache_type_k_draft" if draft else "cache_type_k")
+            + _cache_row(tv, nv, "cache_type_v_draft" if draft else "cache_type_v"))
+
+
+def swa_cells(n_ctx_seq, n_swa, n_seq_max, n_ubatch, unified):
+    """llama-kv-cache-iswa.cpp: cells per stream of the SWA cache."""
+    return pad(min(n_ctx_seq, n_swa * (n_seq_max if unified else 1) + n_ubatch))
+
+
+def _n_stream(s):
+    return 1 if s["kv_unified"] else s["parallel"]
+
+
+SCHED_COPIES = 4        # ggml-backend.cpp GGML_SCHED_MAX_COPIES (b11434 default build)
+
+
+def pipeline_copies(n_model_devices):
+    """Input copies the scheduler keeps (llama-context.cpp: pipeline parallelism).
+
+    On when the model spans more than one device with every layer offloaded, --split-mode layer, KQV
+    offloaded and no tensor overrides, on backends with async compute and events (CUDA, HIP, RPC): then
+    every split input -- the KQ mask, the hidden state handed between devices -- is allocated
+    GGML_SCHED_MAX_COPIES times. One device: one copy.
+    """
+    return SCHED_COPIES if n_model_devices > 1 else 1
+
+
+GATED_ATTN_ARCHS = ("qwen3next", "qwen35", "qwen35moe")    # attention output gated: q projects to 2 x n_head x d
+
+
+def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells_swa, first, n_inputs=1,
+                   base_key="compute_base_bytes", gate_width=0):
+    """Compute buffer of one context's graph on one device (everything but the logits).
+
+    per ub token: act_embd x n_embd + act_ff x n_ff (the layer's own activations: one layer's peak, the
+    allocator reuses it layer after layer) + n_inputs x split_embd x copies x n_embd (the hidden state(s)
+    handed in, one per pipeline copy) + on the first device of a pipelined model
+    first_embd x (copies - 1) x n_embd; the KQ mask, copies x (f16 with flash attention, f32 without) per
+    (cell one stream attends x ub token), full-attention and sliding-window masks apiece; without flash
+    attention the KQ matrix 4 x n_head per (cell x token) of the widest mask (one layer at a time) with
+    attn_embd_bytes_nofa x n_embd beside it, in place of the FFN's peak when that is the larger.
+    """
+    handed = n_inputs * prof["split_embd_bytes"] * copies * n_embd
+    if first and copies > 1:
+        handed += prof["first_embd_bytes"] * (copies - 1) * n_embd
+    layer = prof["act_embd_bytes"] * n_embd + prof["act_ff_bytes"] * n_ff
+    if not fa and max(cells_full, cells_swa):
+        # without flash attention the peak is the attention's: the KQ matrix and what lives beside it, not
+        # the FFN (measured: n_ff 2816 -> 8192 moved nothing without FA)
+        kq = 4 * n_head * max(cells_full, cells_swa) * ub
+        beside = prof["attn_embd_bytes_nofa"] * n_embd + prof["attn_gate_bytes_nofa"] * gate_width
+        layer_total = max(ub * layer, kq + ub * beside)
+    else:
+        layer_total = ub * layer
+    mb = prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]
+    return prof[base_key] + ub * handed + layer_total + copies * mb * ub * (cells_full + cells_swa)
+
+
+def _host_mask(prof, fa, ub, copies, cells):
+    if not prof["host_modelled"]:
+        return 0
+    return copies * (prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]) * ub * cells
+
+
+def _host_compute(prof, fa, ub, copies, n_embd, cells):
+    """The CPU backend's compute buffer in the llama-server process: the input embeddings and the split
+    inputs it sends, per pipeline copy, and the KQ masks it builds (every kind the context attends).
+    0 for a profile whose host side was never measured (host_modelled false)."""
+    if not prof["host_modelled"]:
+        return 0
+    return (ub * (prof["host_embd_bytes"] + prof["host_split_embd_bytes"] * copies) * n_embd
+            + _host_mask(prof, fa, ub, copies, cells))
+
+
+# ------------------------------------------------------------------------------ the sizing
+
+class _Ctx(object):
+    pass
+
+
+def _prepare(gpus, model, serve, drafter, mmproj):
+    c = _Ctx()
+    c.gpus, c.skipped = _gpu_list(gpus)
+    _check_facts(model, "model")
+    c.model = model
+    c.s = _normalize_serve(serve, model, drafter)
+    c.prof = PROFILES[c.s["backend"]]
+    if drafter is not None:
+        _check_facts(drafter, "drafter")
+    c.drafter = drafter
+    if mmproj is not None:
+        looks_like = isinstance(mmproj, dict) and (mmproj.get("is_mmproj") or mmproj.get("mmproj_bytes")
+                                                   or (mmproj.get("mmproj") or {}).get("bytes"))
+        if not looks_like:
+            raise FitPlanError("mmproj must be gguf_info facts of an mmproj GGUF (is_mmproj true, mmproj_bytes); "
+                               "got %s" % (sorted(mmproj) if isinstance(mmproj, dict) else type(mmproj).__name__))
+    c.mmproj = mmproj
+    c.n_dev = len(c.gpus)
+    c.n_layer_all = int(model["block_count"])
+    c.layers = model["layers"]
+    c.n_layer = c.n_layer_all - int(model.get("nextn_predict_layers") or 0)
+    ts = c.s["tensor_split"]
+    if ts != "auto" and len(ts) != c.n_dev:
+        raise FitPlanError("serve.tensor_split has %d entries but there are %d device(s) (%s): give one share per "
+                           "device, or 'auto'" % (len(ts), c.n_dev, ", ".join(g["name"] for g in c.gpus)))
+    c.draft_dev = _device_index(c.s["draft_device"], c.gpus, "draft_device")
+    c.mmproj_dev = _device_index(c.s["mmproj_device"], c.gpus, "mmproj_device")
+    if c.mmproj_dev is None:
+        c.mmproj_dev = 0          # arg.cpp: the mmproj device defaults to the first of --device
+    types = c.s["spec_type"]
+    c.mtp = "draft-mtp" in types
+    c.model_draft = [t for t in types if t in MODEL_DRAFT_TYPES]
+    arch = model["architecture"]
+    rollback = model.get("rs_rollback", arch in RS_ROLLBACK_ARCHS)
+    c.n_rs_seq = c.s["spec_draft_n_max"] if (rollback and any(t in CONTEXT_DRAFT_TYPES for t in types)) else 0
+    c.n_vocab = int(model.get("vocab_size") or 0)
+    c.n_embd = int(model["embedding_length"])
+    c.n_ff = int(model.get("feed_forward_length") or 0)
+    return c
+
+
+def _spec_errors(c):
+    """Spec-chain rules: errors, not warnings (runbook: MTP cannot chain with a drafter; n_max <= block_size-1)."""
+    errs = []
+    s = c.s
+    types = s["spec_type"]
+    if c.mtp and c.model_draft:
+        errs.append("serve.spec_type %s chains draft-mtp with the model-backed %s: a chain has ONE draft context and "
+                    "MTP builds against whatever model it holds ('context type MTP requested but model doesn't contain "
+                    "MTP layers'); keep one of them (ngram-* types may ride beside either)"
+                    % (",".join(types), ",".join(c.model_draft)))
+    if c.mtp and not c.model.get("nextn_predict_layers"):
+        errs.append("serve.spec_type draft-mtp needs a model with MTP layers; model.nextn_predict_layers is 0 -- "
+                    "use a GGUF that carries blk.N.nextn.* or drop draft-mtp")
+    if c.model_draft and c.drafter is None:
+        errs.append("serve.spec_type %s needs a drafter model: pass drafter=<gguf_info of the draft GGUF>"
+                    % ",".join(c.model_draft))
+    if c.drafter is not None and not c.model_draft:
+        errs.append("a drafter (%s) was given but serve.spec_type %s uses none (only draft-simple, draft-eagle3, "
+                    "draft-dflash, draft-dspark load --spec-draft-model); drop the drafter or add its spec type"
+                    % (c.drafter.get("path") or c.drafter.get("architecture"), types or "[]"))
+    if c.drafter is not None and c.model_draft:
+        d = c.drafter.get("drafter") or {}
+        bs = c.drafter.get("block_size") or d.get("block_size")
+        if any(t in BLOCK_DRAFT_TYPES for t in c.model_draft):
+            if not bs:
+                errs.append("drafter.block_size is missing: a draft-dflash/draft-dspark drafter carries dflash.block_size")
+            elif s["spec_draft_n_max"] > bs - 1:
+                errs.append("serve.spec_draft_n_max %d exceeds the drafter's block_size %d - 1 = %d: a block drafter "
+                            "yields at most block_size - 1 draft tokens per step; set spec_draft_n_max <= %d"
+                            % (s["spec_draft_n_max"], bs, bs - 1, bs - 1))
+    if c.model_draft and s["spec_draft_n_max"] < 1:
+        errs.append("serve.spec_draft_n_max must be >= 1 with a model-backed drafter")
+    return errs
+
+
+def _draft_placement(c, split):
+    """Device of every draft slot: --spec-draft-device pins all of it; otherwise the target's split law."""
+    d = c.drafter
+    n = int(d["block_count"])
+    if c.draft_dev is not None:
+        return [c.draft_dev] * (n + 1)
+    return assign_slots(n, split, c.n_dev)
+
+
+def _evaluate(c, split, n_ctx_req):
+    """Per-device bytes for one split (list of shares) and one requested n_ctx."""
+    s, prof, m = c.s, c.prof, c.model
+    n_seq = s["parallel"]
+    n_ctx, n_ctx_seq = context_shape(n_ctx_req, n_seq, s["kv_unified"])
+    n_stream = _n_stream(s)
+    ub = min(n_ctx, s["ubatch_size"], s["batch_size"])
+    slots = assign_slots(c.n_layer_all, split, c.n_dev)
+    out_dev = slots[-1]
+    devs = []
+    for g in c.gpus:
+        devs.append({"name": g["name"], "index": g["index"], "layers": 0, "layer_first": None, "layer_last": None,
+                     "weights_bytes": 0, "kv_bytes": 0, "recurrent_bytes": 0, "draft_bytes": 0, "mmproj_bytes": 0,
+                     "compute_bytes": 0, "overhead_bytes": 0, "has_attn": False, "has_swa": False,
+                     "has_layers": False, "n_ff": 0})
+    rs_row = int((m.get("recurrent_state") or {}).get("bytes_per_layer_per_seq") or 0)
+    rs_rows = max(1, n_seq) * (1 + c.n_rs_seq)
+    n_swa = int(m.get("sliding_window") or 0)
+    swa_n = swa_cells(n_ctx_seq, n_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if n_swa else 0
+    for il, L in enumerate(c.layers):
+        d = devs[slots[il]]
+        kind = L["kind"]
+        if kind == "nextn":
+            continue            # loaded only for draft-mtp (below); the main graph never runs it
+        d["layers"] += 1
+        d["has_layers"] = True
+        d["layer_first"] = il if d["layer_first"] is None else d["layer_first"]
+        d["layer_last"] = il
+        d["weights_bytes"] += int(L["tensor_bytes"])
+        d["n_ff"] = max(d["n_ff"], int(L.get("n_ff") or c.n_ff or 0))
+        if kind == "attention":
+            d["kv_bytes"] += _kv_row(L, s) * n_ctx_seq * n_stream
+            d["has_attn"] = True
+        elif kind == "swa":
+            d["kv_bytes"] += _kv_row(L, s) * swa_n * n_stream
+            d["has_swa"] = True
+        elif kind == "recurrent":
+            d["recurrent_bytes"] += rs_row * rs_rows
+    od = devs[out_dev]
+    od["weights_bytes"] += int(m.get("output_bytes") or 0)
+    od["has_layers"] = True
+
+    # target compute (see _graph_compute): pipeline copies when the model spans more than one device
+    n_outputs_max = min(s["batch_size"], n_seq * (1 + (s["spec_draft_n_max"] if s["spec_type"] else 0)))
+    n_outputs = min(ub, max(n_outputs_max, n_seq))
+    n_head = int(m.get("head_count") or 0)
+    copies = pipeline_copies(c.n_dev) if prof["pipeline_copies"] else 1
+    fa = s["flash_attn"]
+    gate_width = n_head * int(m.get("key_length") or 0) if m.get("architecture") in GATED_ATTN_ARCHS else 0
+    for d in devs:
+        if not d["has_layers"]:
+            continue
+        comp = _graph_compute(prof, fa, ub, copies, c.n_embd, d["n_ff"] or c.n_ff, n_head,
+                              n_ctx_seq if d["has_attn"] else 0, swa_n if d["has_swa"] else 0,
+                              first=d["index"] == slots[0], gate_width=gate_width)
+        if d["index"] == out_dev:
+            comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
+        d["compute_bytes"] += int(comp)
+    kinds_all = set(L["kind"] for L in c.layers[:c.n_layer])
+    host = {"weights_bytes": int(m.get("token_embd_bytes") or 0), "draft_weights_bytes": 0,
+            "compute_bytes": int(_host_compute(prof, fa, ub, copies, c.n_embd,
+                                               (n_ctx_seq if "attention" in kinds_all else 0)
+                                               + (swa_n if "swa" in kinds_all else 0))),
+            # llama-context.cpp output_reserve(n_seq_max): one row of f32 logits per sequence, on the host
+            "output_bytes": 4 * n_seq * c.n_vocab,
+            "draft_compute_bytes": 0, "draft_output_bytes": 0}
+
+    # draft-mtp: nextn weights + nextn KV (draft ctx sized from the target's n_ctx) + its compute, on the nextn device
+    detail = {}
+    if c.mtp and c.n_layer_all > c.n_layer:
+        for il in range(c.n_layer, c.n_layer_all):
+            L = c.layers[il]
+            d = devs[slots[il]]
+            kvb = _kv_row(L, s, draft=True) * n_ctx_seq * n_stream
+            d["draft_bytes"] += int(L["tensor_bytes"]) + kvb
+            dd = detail.setdefault(d["index"], {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})
+            dd["weights_bytes"] += int(L["tensor_bytes"])
+            dd["kv_bytes"] += kvb
+        d = devs[slots[c.n_layer_all - 1]]
+        n_out_mtp = min(ub, n_seq)
+        # the MTP graph is one block on the nextn device, fed two split inputs per token (the target's hidden
+        # state and the token embedding), on the target model's devices: the target's pipeline copies
+        comp = (_graph_compute(prof, fa, ub, copies, c.n_embd, c.n_ff, n_head, n_ctx_seq, 0, first=False, n_inputs=2,
+                               base_key="draft_compute_base_bytes", gate_width=gate_width)
+                + 4 * n_out_mtp * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab)
+        d["draft_bytes"] += int(comp)
+        host["draft_compute_bytes"] += int(prof["mtp_host_share"] * _host_compute(prof, fa, ub, copies, c.n_embd, 0)
+                                           + _host_mask(prof, fa, ub, copies, n_ctx_seq))
+        host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
+        detail.setdefault(d["index"], {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})["compute_bytes"] += int(comp)
+
+    # model drafter: its own layers, KV with ITS window rule, compute -- context sized from the target's n_ctx
+    host_draft = 0
+    if c.drafter is not None and c.model_draft:
+        dm = c.drafter
+        dslots = _draft_placement(c, split)
+        d_swa = int(dm.get("sliding_window") or 0)
+        d_swa_n = swa_cells(n_ctx_seq, d_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if d_swa else 0
+        d_embd = int(dm.get("embedding_length") or c.n_embd)
+        d_ff = int(dm.get("feed_forward_length") or c.n_ff)
+        touched = {}
+        for il, L in enumerate(dm["layers"]):
+            di = dslots[il]
+            dd = detail.setdefault(di, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})
+            dd["weights_bytes"] += int(L["tensor_bytes"])
+            kvb = 0
+            if L["kind"] == "attention":
+                kvb = _kv_row(L, s, draft=True) * n_ctx_seq * n_stream
+                touched.setdefault(di, set()).add("attn")
+            elif L["kind"] == "swa":
+                kvb = _kv_row(L, s, draft=True) * d_swa_n * n_stream
+                touched.setdefault(di, set()).add("swa")
+            else:
+                touched.setdefault(di, set())
+            dd["kv_bytes"] += kvb
+            devs[di]["draft_bytes"] += int(L["tensor_bytes"]) + kvb
+        od_i = dslots[-1]
+        devs[od_i]["draft_bytes"] += int(dm.get("output_bytes") or 0)
+        detail.setdefault(od_i, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})["weights_bytes"] += int(dm.get("output_bytes") or 0)
+        touched.setdefault(od_i, set()).add("out")
+        host_draft = int(dm.get("token_embd_bytes") or 0)
+        per_seq = (s["spec_draft_n_max"] + 1) if any(t in BLOCK_DRAFT_TYPES for t in c.model_draft) else 1
+        n_out_d = min(ub, n_seq * per_seq)
+        # --spec-draft-device pins the drafter to one device: no pipeline copies for its context
+        d_copies = pipeline_copies(1 if c.draft_dev is not None else c.n_dev) if prof["pipeline_copies"] else 1
+        d_head = int(dm.get("head_count") or n_head)
+        d_kinds = set()
+        for di, what in touched.items():
+            d_kinds |= what
+            comp = _graph_compute(prof, fa, ub, d_copies, d_embd, d_ff, d_head,
+                                  n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
+                                  first=di == dslots[0], base_key="draft_compute_base_bytes")
+            if "out" in what or di == od_i:
+                comp += 4 * n_out_d * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
+            devs[di]["draft_bytes"] += int(comp)
+            detail[di]["compute_bytes"] += int(comp)
+        host["draft_weights_bytes"] += host_draft
+        host["draft_compute_bytes"] += int(_host_compute(prof, fa, ub, d_copies, d_embd,
+                                                         (n_ctx_seq if "attn" in d_kinds else 0)
+                                                         + (d_swa_n if "swa" in d_kinds else 0)))
+        host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
+
+    if c.mmproj is not None:
+        mm = c.mmproj
+        mb = int(mm.get("mmproj_bytes") or (mm.get("mmproj") or {}).get("bytes") or mm.get("tensor_bytes_total") or 0)
+        devs[c.mmproj_dev]["mmproj_bytes"] += mb + int(prof["mmproj_compute_bytes"])
+
+    rows = []
+    for d, g in zip(devs, c.gpus):
+        d["overhead_bytes"] = int(prof["device_overhead_bytes"])
+        total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
+                 + d["compute_bytes"] + d["overhead_bytes"])
+        free = g["vram_total_bytes"] - g["vram_reserved_bytes"] - total
+        keys = ("name", "layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "draft_bytes", "mmproj_bytes",
+                "compute_bytes", "overhead_bytes")
+        row = dict((k, d[k]) for k in keys)
+        row.update({"index": d["index"], "total_bytes": int(total), "free_bytes": int(free),
+                    "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
+                    "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
+                    "holds_output": d["index"] == out_dev})
+        if d["index"] in detail:
+            row["draft_detail"] = detail[d["index"]]
+        rows.append(row)
+    frees = [r["free_bytes"] for r in rows]
+    return {
+        "split": list(split), "slots": slots, "n_ctx": n_ctx, "n_ctx_seq": n_ctx_seq, "devices": rows,
+        "gap_bytes": max(frees) - min(frees) if len(frees) > 1 else 0,
+        "min_free_bytes": min(frees), "host_weights_bytes": int(m.get("token_embd_bytes") or 0) + host_draft,
+        "host": dict(host, total_bytes=sum(host.values())),
+        "n_ubatch": ub, "n_rs_seq": c.n_rs_seq,
+    }
+
+
+def _passes(ev, floor):
+    return all(r["free_bytes"] >= floor for r in ev["devices"])
+
+
+def _candidate_splits(c):
+    """Integer splits over the block count, one layer apart (every -ts step moves one layer)."""
+    n, k = c.n_layer_all, c.n_dev
+    if k == 1:
+        return [[n]]
+    if k == 2:
+        return [[a, n - a] for a in range(1, n)]
+    if k == 3:
+        return [[a, b, n - a - b] for a in range(1, n - 1) for b in range(1, n - a)]
+    return None     # searched locally (_local_search)
+
+
+def _fits_key(ev, floor):
+    """Sort key: splits that keep the floor, by smallest gap; failing ones by the least-starved card."""
+    if _passes(ev, floor):
+        return (0, ev["gap_bytes"], -ev["min_free_bytes"])
+    return (1, -ev["min_free_bytes"], ev["gap_bytes"])
+
+
+def _local_search(c, n_ctx, floor):
+    n, k = c.n_layer_all, c.n_dev
+    base = [n // k] * k
+    for i in range(n - sum(base)):
+        base[i] += 1
+    best = _evaluate(c, base, n_ctx)
+    seen = {tuple(base): best}
+    improved = True
+    while improved:
+        improved = False
+        for i in range(k):
+            for j in range(k):
+                if i == j or best["split"][i] <= 1:
+                    continue
+                cand = list(best["split"])
+                cand[i] -= 1
+                cand[j] += 1
+                t = tuple(cand)
+                if t not in seen:
+                    seen[t] = _evaluate(c, cand, n_ctx)
+                if _fits_key(seen[t], floor) < _fits_key(best, floor):
+                    best = seen[t]
+                    improved = True
+    return best, list(seen.values())
+
+
+def _search(c, n_ctx, floor):
+    """(best evaluation, all evaluations) for one context over the candidate splits."""
+    cands = _candidate_splits(c)
+    if cands is None:
+        return _local_search(c, n_ctx, floor)
+    evs = [_evaluate(c, sp, n_ctx) for sp in cands]
+    best = min(evs, key=lambda e: _fits_key(e, floor))
+    return best, evs
+
+
+def _apply_lean(c, best, evs, n_ctx, floor, warnings, errors):
+    k = c.s["lean_layers"]
+    if not k:
+        return best
+    widths = [(g.get("narrowest_link_width"), g.get("narrowest_link_gbps")) for g in c.gpus]
+    if c.n_dev < 2:
+        errors.append("serve.lean_layers %d needs two or more GPUs" % k)
+        return best
+    if any(w is None and b is None for w, b in widths):
+        errors.append("serve.lean_layers %d needs each GPU's narrowest_link_width (pass gpu_facts' result as gpus); "
+                      "missing for %s" % (k, ", ".join(g["name"] for g, (w, b) in zip(c.gpus, widths) if w is None and b is None)))
+        return best
+    keyed = [((w if w is not None else 1e9), (b if b is not None else 1e9)) for w, b in widths]
+    narrow = min(range(c.n_dev), key=lambda i: keyed[i])
+    if all(x == keyed[narrow] for x in keyed):
+        errors.append("serve.lean_layers %d: every card has the same link (x%s), so there is no narrow card to lean "
+                      "away from; drop lean_layers" % (k, widths[0][0]))
+        return best
+    split = list(best["split"])
+    neighbours = [j for j in (narrow - 1, narrow + 1) if 0 <= j < c.n_dev]
+    to = max(neighbours, key=lambda j: best["devices"][j]["free_bytes"])
+    moved = 0
+    cur = best
+    for dummy in range(k):
+        if split[narrow] <= 1:
+            break
+        split[narrow] -= 1
+        split[to] += 1
+        ev = _evaluate(c, split, n_ctx)
+        if not _passes(ev, floor):
+            warnings.append("lean: moving layer %d of %d off %s (narrowest link x%s) would leave a card under the "
+                            "floor; stopped at %s" % (moved + 1, k, c.gpus[narrow]["name"], widths[narrow][0],
+                                                      ":".join(_fmt_ts(x) for x in cur["split"])))
+            break
+        cur = ev
+        moved += 1
+        evs.append(ev)
+    if moved:
+        warnings.append("lean: moved %d layer(s) off %s (narrowest link x%s, %s Gb/s) onto %s beyond the balance point "
+                        "%s -> %s, as serve.lean_layers asks" % (moved, c.gpus[narrow]["name"], widths[narrow][0],
+                                                                 widths[narrow][1], c.gpus[to]["name"],
+                                                                 ":".join(_fmt_ts(x) for x in best["split"]),
+                                                                 ":".join(_fmt_ts(x) for x in cur["split"])))
+    return cur
+
+
+def _fmt_ts(x):
+    return str(int(x)) if float(x).is_integer() else ("%g" % x)
+
+
+def _gib(b):
+    return "%.2f" % (b / float(GIB))
+
+
+def _table(c, chosen, evs, floor):
+    names = ["%s%d" % ("GPU", i) for i in range(c.n_dev)]
+    head = ["-ts"] + ["%s free" % n for n in names] + ["gap", "fits"]
+    order = sorted(evs, key=lambda e: [-x for x in e["split"]])
+    uniq, seen = [], set()
+    for e in order:
+        t = tuple(e["split"])
+        if t not in seen:
+            seen.add(t)
+            uniq.append(e)
+    if chosen is not None and tuple(chosen["split"]) in seen:
+        idx = [tuple(e["split"]) for e in uniq].index(tuple(chosen["split"]))
+        lo, hi = max(0, idx - 3), min(len(uniq), idx + 4)
+        uniq = uniq[lo:hi]
+    else:
+        uniq = uniq[:7]
+    lines = [" | ".join(head)]
+    for e in uniq:
+        mark = " <- chosen" if chosen is not None and tuple(e["split"]) == tuple(chosen["split"]) else ""
+        cells = [",".join(_fmt_ts(x) for x in e["split"])]
+        cells += ["%s GiB" % _gib(r["free_bytes"]) for r in e["devices"]]
+        cells += ["%s" % _gib(e["gap_bytes"]), ("yes" if _passes(e, floor) else "no") + mark]
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+def _state_law(c, n_ctx_seq):
+    """Bytes one slot's saved prompt state takes (server_prompt_cache): KV + draft KV + recurrent state."""
+    s, m = c.s, c.model
+    per_tok = 0
+    swa_fixed = 0
+    n_swa = int(m.get("sliding_window") or 0)
+    for L in c.layers[:c.n_layer]:
+        if L["kind"] == "attention":
+            per_tok += _kv_row(L, s)
+        elif L["kind"] == "swa":
+            swa_fixed += _kv_row(L, s) * min(n_ctx_seq, swa_cells(n_ctx_seq, n_swa, 1, s["ubatch_size"], False))
+    draft_tok = 0
+    if c.mtp:
+        for L in c.layers[c.n_layer:]:
+            draft_tok += _kv_row(L, s, draft=True)
+    if c.drafter is not None and c.model_draft:
+        d_swa = int(c.drafter.get("sliding_window") or 0)
+        for L in c.drafter["layers"]:
+            if L["kind"] == "attention":
+                draft_tok += _kv_row(L, s, draft=True)
+            elif L["kind"] == "swa":
+                swa_fixed += _kv_row(L, s, draft=True) * min(n_ctx_seq, swa_cells(n_ctx_seq, d_swa, 1, s["ubatch_size"], False))
+    rs = int((m.get("recurrent_state") or {}).get("bytes_per_layer_per_seq") or 0)
+    rs_total = rs * sum(1 for L in c.layers if L["kind"] == "recurrent")
+    slot = (per_tok + draft_tok) * n_ctx_seq + swa_fixed + rs_total
+    return {"kv_bytes_per_token": per_tok, "draft_kv_bytes_per_token": draft_tok,
+            "bytes_per_token": per_tok + draft_tok, "swa_bytes_per_slot": swa_fixed,
+            "recurrent_bytes_per_slot": rs_total, "slot_tokens": n_ctx_seq, "slot_state_bytes": slot}
+
+
+def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings):
+    law = _state_law(c, n_ctx_seq)
+    slot = law["slot_state_bytes"]
+    want = c.s["cache_ram_mib"]
+    res = dict(law)
+    res["auto_mib"] = int(math.ceil(slot / float(GIB))) * 1024
+    explain = ("one full slot of %d tokens x %d B/token (%d KV + %d draft KV) + %.1f MiB recurrent state + %.1f MiB "
+               "window = %.2f GiB" % (n_ctx_seq, law["bytes_per_token"], law["kv_bytes_per_token"],
+                                      law["draft_kv_bytes_per_token"], law["recurrent_bytes_per_slot"] / float(MIB),
+                                      law["swa_bytes_per_slot"] / float(MIB), slot / float(GIB)))
+    if want is None:
+        res["mib"] = None
+        return res
+    mib = res["auto_mib"] if want == "auto" else want
+    res["mib"] = mib
+    if mib == 0:
+        warnings.append("serve.cache_ram_mib 0 disables the prompt cache: no slot state survives a slot reassignment")
+        return res
+    if mib == -1:
+        errors.append("serve.cache_ram_mib -1 (unlimited) is refused: the prompt cache must be bounded under half the "
+                      "host RAM; %s, so cache_ram_mib: %d (auto) is the smallest that stores it" % (explain, res["auto_mib"]))
+        return res
+    if mib * MIB < slot:
+        errors.append("serve.cache_ram_mib %d cannot store one full slot: %s > %d MiB (%.2f GiB); llama.cpp would refuse "
+                      "every full-length state ('prompt state size ... exceeds cache size limit'); use at least %d "
+                      "(cache_ram_mib: auto)" % (mib, explain, mib, mib * MIB / float(GIB), res["auto_mib"]))
+    if host_ram_bytes is None:
+        warnings.append("host_ram_bytes not given: cache_ram_mib %d is not checked against half the host RAM" % mib)
+    elif mib * MIB > host_ram_bytes / 2.0:
+        errors.append("serve.cache_ram_mib %d (%.2f GiB) is more than half the host RAM (%.2f GiB of %.2f GiB); the "
+                      "prompt cache may not claim more than %d MiB on this host"
+                      % (mib, mib * MIB / float(GIB), host_ram_bytes / 2.0 / GIB, host_ram_bytes / float(GIB),
+                         int(host_ram_bytes / 2 // MIB)))
+    return res
+
+
+def _max_ctx(c, split, floor, auto):
+    """Largest n_ctx (a multiple of 256 x n_seq_max, so nothing is padded) that passes the floor."""
+    n_seq = c.s["parallel"]
+    unit = KV_PAD * (1 if c.s["kv_unified"] else n_seq)
+    cap_slot = c.s["max_ctx_per_slot"] or int(c.model.get("context_length") or 0) or 1 << 20
+    hi = (cap_slot * (1 if c.s["kv_unified"] else n_seq)) // unit
+
+    def ok(k):
+        n_ctx = k * unit
+        if auto:
+            best = _search(c, n_ctx, floor)[0]
+        else:
+            best = _evaluate(c, split, n_ctx)
+        return _passes(best, floor), best
+
+    good, best = ok(1)
+    if not good:
+        return None, best
+    lo = 1
+    good_hi, best_hi = ok(hi)
+    if good_hi:
+        return hi * unit, best_hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        g, b = ok(mid)
+        if g:
+            lo, best = mid, b
+        else:
+            hi = mid
+    return lo * unit, best
+
+
+def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
+    """Plan one llama-server deployment; see the module docstring and the filter's DOCUMENTATION."""
+    c = _prepare(gpus, model, serve, drafter, mmproj)
+    if host_ram_bytes is not None:
+        if not _is_int(host_ram_bytes) or host_ram_bytes <= 0:
+            raise FitPlanError("host_ram_bytes must be a positive integer (bytes), got %r" % (host_ram_bytes,))
+    s = c.s
+    errors, warnings = [], []
+    if c.skipped:
+        warnings.append("integrated GPU(s) excluded from the split: %s (hide them, e.g. HIP_VISIBLE_DEVICES)"
+                        % ", ".join(c.skipped))
+    errors.extend(_spec_errors(c))
+    floor = s["floor_bytes"]
+    auto = s["tensor_split"] == "auto"
+    fixed_split = None if auto else s["tensor_split"]
+    evs = []
+    if s["ctx_size"] == "max":
+        n_ctx_max, best = _max_ctx(c, fixed_split, floor, auto)
+        if n_ctx_max is None:
+            errors.append("serve.ctx_size max: not even %d tokens per slot fit %s under the %.2f GiB floor; the "
+                          "weights alone leave %s GiB -- add a GPU, lower floor_bytes or use a smaller quant"
+                          % (KV_PAD, "any split" if auto else "tensor_split %s" % fixed_split, floor / float(GIB),
+                             "/".join(_gib(r["free_bytes"]) for r in best["devices"])))
+            n_ctx_req = KV_PAD * s["parallel"]
+        else:
+            n_ctx_req = n_ctx_max
+    else:
+        n_ctx_req = s["ctx_size"]
+    if auto:
+        best, evs = _search(c, n_ctx_req, floor)
+        if _passes(best, floor):
+            best = _apply_lean(c, best, evs, n_ctx_req, floor, warnings, errors)
+    else:
+        best = _evaluate(c, fixed_split, n_ctx_req)
+        evs = [best]
+        if c.n_dev == 2 and all(float(x).is_integer() for x in fixed_split):
+            a, b = int(fixed_split[0]), int(fixed_split[1])
+            for d in (-3, -2, -1, 1, 2, 3):
+                if a + d >= 1 and b - d >= 1:
+                    evs.append(_evaluate(c, [a + d, b - d], n_ctx_req))
+        if s["lean_layers"]:
+            errors.append("serve.lean_layers needs tensor_split: auto (it leans from the balance point)")
+    fits = _passes(best, floor)
+    if not fits and s["ctx_size"] != "max":
+        below = ["%s %s GiB free" % (r["name"], _gib(r["free_bytes"])) for r in best["devices"] if r["free_bytes"] < floor]
+        n_max, best_max = _max_ctx(c, fixed_split, floor, auto)
+        hint = ("the largest ctx_size that fits is %d (%d per slot)" % (n_max, n_max // (1 if s["kv_unified"] else s["parallel"]))
+                if n_max else "no ctx_size fits at all -- the weights alone do not fit")
+        errors.append("serve.ctx_size %d does not fit %s under the %.2f GiB floor: %s; %s, or add VRAM / lower floor_bytes / "
+                      "quantize the KV (cache_type_k/v q8_0)"
+                      % (s["ctx_size"], "at any split (best %s)" % ":".join(_fmt_ts(x) for x in best["split"]) if auto
+                         else "at tensor_split %s" % ":".join(_fmt_ts(x) for x in best["split"]),
+                         floor / float(GIB), ", ".join(below), hint))
+    if s["max_gap_bytes"] is not None and best["gap_bytes"] > s["max_gap_bytes"]:
+        errors.append("gap %.2f GiB between the cards exceeds serve.max_gap_bytes %.2f GiB at %s"
+                      % (best["gap_bytes"] / float(GIB), s["max_gap_bytes"] / float(GIB),
+                         ":".join(_fmt_ts(x) for x in best["split"])))
+        fits = False
+    n_ctx, n_ctx_seq = best["n_ctx"], best["n_ctx_seq"]
+    trained = c.model.get("context_length")
+    if trained and n_ctx_seq > trained:
+        warnings.append("rope: ctx_per_slot %d is beyond the trained window %d; the top %d positions of a full "
+                        "conversation extrapolate on the base rope (%.2fx) -- untrained territory"
+                        % (n_ctx_seq, trained, n_ctx_seq - trained, n_ctx_seq / float(trained)))
+    elif not trained:
+        warnings.append("model.context_length is unknown: the rope caveat cannot be checked")
+    if s["ctx_size"] != "max" and n_ctx != s["ctx_size"]:
+        warnings.append("llama.cpp pads ctx_size %d to %d (n_ctx_seq %d x %d slots)"
+                        % (s["ctx_size"], n_ctx, n_ctx_seq, s["parallel"]))
+    if c.drafter is not None and c.model_draft:
+        if not c.drafter.get("sliding_window"):
+            warnings.append("drafter has no sliding window: its draft context is sized from the target's n_ctx "
+                            "(common/speculative.cpp), so it caches the whole %d-token window (%s GiB of draft KV)"
+                            % (n_ctx_seq, _gib(sum((r.get("draft_detail") or {}).get("kv_bytes", 0) for r in best["devices"]))))
+    cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings)
+    if errors:
+        fits = False
+    table = _table(c, best, evs, floor)
+    ts_out = best["split"]
+    if all(float(x).is_integer() for x in ts_out):
+        ts_out = [int(x) for x in ts_out]
+    devices = best["devices"]
+    return {
+        "fits": bool(fits),
+        "tensor_split": ts_out,
+        "ctx_size": n_ctx,
+        "ctx_per_slot": n_ctx_seq,
+        "parallel": s["parallel"],
+        "devices": devices,
+        "gap_bytes": best["gap_bytes"],
+        "floor_bytes": floor,
+        "cache_ram_mib": cache["mib"],
+        "cache_ram": cache,
+        "warnings": warnings,
+        "errors": errors,
+        "table": table,
+        "candidates": [{"tensor_split": [int(x) if float(x).is_integer() else x for x in e["split"]],
+                        "free_bytes": [r["free_bytes"] for r in e["devices"]], "gap_bytes": e["gap_bytes"],
+                        "passes_floor": _passes(e, floor)} for e in evs],
+        "host_weights_bytes": best["host_weights_bytes"],
+        "host": best["host"],
+        "n_rs_seq": best["n_rs_seq"],
+        "profile": {"backend": s["backend"], "source": c.prof["source"]},
+        "layer_devices": best["slots"][:-1],
+        "output_device": best["slots"][-1],
+    }

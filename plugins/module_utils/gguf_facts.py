@@ -1,0 +1,388 @@
+# -*- coding: utf-8 -*-
+# Copyright: dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The sizing facts of a GGUF file, derived the way llama.cpp b11434 derives them.
+
+``gguf_facts(path)`` reads the header with gguf_reader (never the tensor data) and
+returns a plain dict: architecture, block count, trained context, per-layer kind and
+KV geometry, recurrent state dimensions, per-layer tensor bytes, drafter keys, mmproj
+detection. This dict is what ``dankfleet.llm.gguf_info`` returns and what
+``dankfleet.llm.fit_plan`` consumes.
+
+Layer kinds (``layers[i].kind``), as llama.cpp b11434 decides them:
+
+* ``attention``  full attention, KV for the whole context (src/llama-kv-cache.cpp)
+* ``swa``        sliding-window attention, KV capped by the window (llama-kv-cache-iswa.cpp)
+* ``recurrent``  DeltaNet / SSM / RWKV layer: constant-size f32 state per sequence
+                 (llama-memory-recurrent.cpp), no KV
+* ``nextn``      an MTP/NextN block (the last ``nextn_predict_layers`` blocks): not run
+                 by the main graph, loaded only for ``--spec-type draft-mtp``
+* ``ffn``        a block with neither attention nor state (nemotron-h MLP blocks)
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import re
+
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
+else:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path: same module objects
+    from gguf_reader import GGUFError, read_gguf
+
+KIND_ATTENTION = "attention"
+KIND_SWA = "swa"
+KIND_RECURRENT = "recurrent"
+KIND_NEXTN = "nextn"
+KIND_FFN = "ffn"
+
+# Architectures whose every trunk layer is full attention (llama_kv_cache, no SWA in b11434).
+DENSE_ARCHS = frozenset([
+    "llama", "llama-embed", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe",
+    "mistral3", "phi2", "phi3", "phimoe", "starcoder2", "granite", "granitemoe", "gemma", "command-r", "olmo",
+    "olmoe", "internlm2", "stablelm", "baichuan", "orion", "minicpm", "minicpm3", "smollm3", "ernie4_5",
+    "ernie4_5-moe", "hunyuan-dense", "glm4", "glm4moe", "seed_oss", "apertus", "arcee", "bailingmoe",
+    "grok", "dbrx", "starcoder", "refact", "bloom", "falcon", "gpt2", "gptj", "gptneox", "mpt", "deci",
+])
+# Archs that call load_swa_pattern(ml, n) (src/models/*.cpp): default pattern n, and whether
+# SWA is on without a sliding_window key (None = only when sliding_window > 0).
+SWA_PATTERN_ARCHS = {
+    "gemma2": (2, 4096),       # n_swa default 4096
+    "gemma3": (6, None),
+    "cohere2": (4, 0),         # sliding_window required
+    "openai-moe": (2, 0),      # gpt-oss, sliding_window required
+    "olmo2": (4, None),
+    "mellum": (4, None),
+    "plamo3": (8, None),
+    "afmoe": (4, None),
+}
+# Archs that take the SWA layer list from <arch>.attention.sliding_window_pattern (array, required).
+SWA_ARRAY_ARCHS = frozenset(["gemma4", "gemma4-assistant", "granite-swa", "maple", "mimo2", "dots3note"])
+# Hybrid archs: recurrent unless (il + 1) % full_attention_interval == 0 (qwen35.cpp and friends).
+INTERVAL_HYBRID_ARCHS = frozenset(["qwen35", "qwen35moe", "qwen3next", "minimax-01", "qwen4exp"])
+# Hybrid archs: a layer is recurrent iff its head_count_kv is 0.
+KV0_HYBRID_ARCHS = frozenset(["jamba", "granite-hybrid", "plamo2", "kimi-linear", "lfm2", "lfm2moe",
+                              "bailingmoe3", "glm5-next", "kimi-k3"])
+# llm_arch_is_recurrent(): every layer recurrent.
+RECURRENT_ARCHS = frozenset(["mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"])
+# archs that support recurrent partial rollback (llm_arch_supports_rs_rollback, llama-arch.cpp)
+RS_ROLLBACK_ARCHS = frozenset(["kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+                               "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"])
+DRAFTER_ARCHS = frozenset(["dflash"])
+MMPROJ_ARCHS = frozenset(["clip"])
+
+INPUT_TENSORS = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
+_BLK = re.compile(r"^blk\.(\d+)\.")
+LONG_ARRAY = 64
+
+
+def _arr_or_scalar(value, n, default=None):
+    """get_key_or_arr: a per-layer array of n, or one scalar repeated."""
+    if value is None:
+        return [default] * n
+    if isinstance(value, list):
+        if len(value) < n:
+            return list(value) + [value[-1] if value else default] * (n - len(value))
+        return list(value[:n])
+    return [value] * n
+
+
+def _summarise(value, ftype):
+    if isinstance(value, list) and len(value) > LONG_ARRAY:
+        return {"type": ftype, "length": len(value)}
+    return value
+
+
+def _layer_kinds(g, arch, n_layer_all, n_layer, head_kv, n_ff, swa_window):
+    """Per-layer kinds and whether the arch is one we know how to derive."""
+    a = "%s." % arch
+    kinds = [KIND_ATTENTION] * n_layer_all
+    supported = True
+    swa_type = "none"
+
+    def from_pattern(default_n):
+        pat = g.get(a + "attention.sliding_window_pattern")
+        if isinstance(pat, list):
+            return [bool(x) for x in _arr_or_scalar(pat, n_layer_all, 0)]
+        n = int(pat) if pat is not None else default_n
+        # set_swa_pattern(n, dense_first=false): swa iff il % n < n - 1 (n == 0: all swa)
+        return [(n == 0 or (il % n) < (n - 1)) if il < n_layer else False for il in range(n_layer_all)]
+
+    if arch in INTERVAL_HYBRID_ARCHS:
+        rec = g.get(a + "attention.recurrent_layers")
+        if rec is not None:
+            flags = [bool(x) for x in _arr_or_scalar(rec, n_layer_all, 0)]
+        else:
+            interval = int(g.get(a + "full_attention_interval", 4) or 4)
+            flags = [il < n_layer and (il + 1) % interval != 0 for il in range(n_layer_all)]
+        kinds = [KIND_RECURRENT if f else KIND_ATTENTION for f in flags]
+    elif arch in KV0_HYBRID_ARCHS:
+        kinds = [KIND_RECURRENT if head_kv[il] == 0 else KIND_ATTENTION for il in range(n_layer_all)]
+        if arch in ("lfm2", "lfm2moe") and swa_window:
+            kinds = [KIND_SWA if k == KIND_ATTENTION else k for k in kinds]
+            swa_type = "standard"
+    elif arch in ("nemotron_h", "nemotron_h_moe"):
+        out = []
+        for il in range(n_layer_all):
+            if il < n_layer and head_kv[il] == 0 and n_ff[il] == 0:
+                out.append(KIND_RECURRENT)
+            elif head_kv[il] > 0 and n_ff[il] == 0:
+                out.append(KIND_ATTENTION)
+            else:
+                out.append(KIND_FFN)
+        kinds = out
+    elif arch in RECURRENT_ARCHS:
+        kinds = [KIND_RECURRENT] * n_layer_all
+    elif arch in SWA_PATTERN_ARCHS:
+        default_n = SWA_PATTERN_ARCHS[arch][0]
+        if swa_window:
+            kinds = [KIND_SWA if f else KIND_ATTENTION for f in from_pattern(default_n)]
+            swa_type = "standard"
+    elif arch in SWA_ARRAY_ARCHS:
+        if swa_window:
+            kinds = [KIND_SWA if f else KIND_ATTENTION for f in from_pattern(0)]
+            swa_type = "standard"
+    elif arch == "llama4":
+        if swa_window:
+            kinds = [KIND_SWA if f else KIND_ATTENTION for f in from_pattern(4)]
+            swa_type = "chunked"
+    elif arch == "exaone4":
+        if n_layer == 64 or g.get(a + "attention.sliding_window_pattern") is not None:
+            if swa_window:
+                kinds = [KIND_SWA if f else KIND_ATTENTION for f in from_pattern(4)]
+                swa_type = "standard"
+    elif arch == "dflash":
+        if g.get(a + "hyper_connection.count"):      # DSV4 DSpark backbone: every stage windowed
+            kinds = [KIND_SWA] * n_layer_all
+            swa_type = "standard"
+        elif swa_window:
+            kinds = [KIND_SWA if f else KIND_ATTENTION for f in from_pattern(0)]
+            swa_type = "standard"
+    elif arch in DENSE_ARCHS:
+        pass
+    else:
+        supported = False
+    # the last nextn_predict_layers blocks are MTP heads (hparams.n_layer() = n_layer_all - nextn)
+    for il in range(n_layer, n_layer_all):
+        kinds[il] = KIND_NEXTN
+    return kinds, supported, swa_type
+
+
+def facts_from_gguf(g):
+    """Facts dict of a parsed GGUFFile."""
+    f = g.fields
+    arch = f.get("general.architecture")
+    facts = {
+        "path": g.path,
+        "file_size": g.file_size,
+        "gguf_version": g.version,
+        "endian": g.endian,
+        "alignment": g.alignment,
+        "tensor_data_offset": g.data_offset,
+        "metadata_count": len(f),
+        "tensor_count": len(g.tensors),
+        "tensor_bytes_total": g.tensor_bytes,
+        "architecture": arch,
+        "name": f.get("general.name"),
+        "file_type": f.get("general.file_type"),
+    }
+    types = {}
+    for t in g.tensors:
+        types[t.type_name] = types.get(t.type_name, 0) + 1
+    facts["tensor_types"] = types
+    facts["metadata"] = dict((k, _summarise(v, g.field_types[k])) for k, v in f.items())
+
+    is_mmproj = arch in MMPROJ_ARCHS or "clip.has_vision_encoder" in f or "clip.projector_type" in f
+    facts["is_mmproj"] = bool(is_mmproj)
+    if is_mmproj:
+        facts["architecture_supported"] = True
+        facts["mmproj"] = {
+            "projector_type": f.get("clip.projector_type"),
+            "has_vision_encoder": bool(f.get("clip.has_vision_encoder", False)),
+            "has_audio_encoder": bool(f.get("clip.has_audio_encoder", False)),
+            "bytes": g.tensor_bytes,
+            "image_size": f.get("clip.vision.image_size"),
+            "embedding_length": f.get("clip.vision.embedding_length"),
+            "projection_dim": f.get("clip.vision.projection_dim"),
+        }
+        facts["mmproj_bytes"] = g.tensor_bytes
+        facts["layers"] = []
+        facts["layer_kinds"] = []
+        return facts
+    if not arch:
+        raise GGUFError(g.path, "no general.architecture key: not a llama.cpp model file")
+
+    a = "%s." % arch
+
+    def key(suffix, default=None):
+        return f.get(a + suffix, default)
+
+    n_layer_all = int(key("block_count", 0) or 0)
+    nextn = int(key("nextn_predict_layers", 0) or 0)
+    if nextn > n_layer_all:
+        raise GGUFError(g.path, "corrupt: %snextn_predict_layers %d > block_count %d" % (a, nextn, n_layer_all))
+    n_layer = n_layer_all - nextn
+    n_embd = key("embedding_length")
+    head = _arr_or_scalar(key("attention.head_count"), n_layer_all, 0)
+    head_kv_raw = key("attention.head_count_kv")
+    head_kv = _arr_or_scalar(head_kv_raw, n_layer_all, 0) if head_kv_raw is not None else list(head)
+    n_ff = _arr_or_scalar(key("feed_forward_length"), n_layer_all, 0)
+    h0 = next((h for h in head if h), 0)
+    key_len = key("attention.key_length", (n_embd // h0) if (n_embd and h0) else 0)
+    val_len = key("attention.value_length", (n_embd // h0) if (n_embd and h0) else 0)
+    key_len_swa = key("attention.key_length_swa", key_len)
+    val_len_swa = key("attention.value_length_swa", val_len)
+    swa_window = key("attention.sliding_window")
+    if arch == "gemma2" and swa_window is None:
+        swa_window = 4096
+    if arch == "llama4" and swa_window is None:
+        swa_window = 8192
+    if arch == "exaone4" and swa_window is None and n_layer == 64:
+        swa_window = 4096
+    kinds, supported, swa_type = _layer_kinds(g, arch, n_layer_all, n_layer, head_kv, n_ff, swa_window)
+
+    tokens = f.get("tokenizer.ggml.tokens")
+    vocab = len(tokens) if isinstance(tokens, list) else key("vocab_size")
+    tok = g.tensor("token_embd.weight")
+    if vocab is None and tok is not None and len(tok.shape) > 1:
+        vocab = tok.shape[1]
+
+    ssm = {
+        "conv_kernel": key("ssm.conv_kernel"),
+        "inner_size": key("ssm.inner_size"),
+        "state_size": key("ssm.state_size"),
+        "group_count": key("ssm.group_count"),
+        "time_step_rank": key("ssm.time_step_rank"),
+    }
+    # hparams.n_embd_r() / n_embd_s() for Mamba-style and gated-delta-net layers (llama-hparams.cpp)
+    d_conv = ssm["conv_kernel"] or 0
+    d_inner = ssm["inner_size"] or 0
+    d_state = ssm["state_size"] or 0
+    n_group = ssm["group_count"] or 0
+    wkv = key("wkv.head_size")
+    if wkv:
+        n_embd_r = int(key("token_shift_count", 2)) * (n_embd or 0)
+        n_embd_s = (n_embd or 0) * wkv
+    else:
+        n_embd_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+        n_embd_s = d_state * d_inner
+    recurrent_state = {
+        "r_floats": n_embd_r,
+        "s_floats": n_embd_s,
+        "bytes_per_layer_per_seq": (n_embd_r + n_embd_s) * 4,   # GGML_TYPE_F32 r and s
+    }
+
+    # tensors: per block, input (host), output-device groups
+    per_layer = [0] * n_layer_all
+    token_embd_bytes = 0
+    output_bytes = 0
+    for t in g.tensors:
+        m = _BLK.match(t.name)
+        if m:
+            il = int(m.group(1))
+            if il < n_layer_all:
+                per_layer[il] += t.nbytes
+            else:
+                output_bytes += t.nbytes
+        elif t.name.startswith(INPUT_TENSORS):
+            token_embd_bytes += t.nbytes
+        else:
+            output_bytes += t.nbytes
+    out_w = g.tensor("output.weight")
+    output_tied = out_w is None and tok is not None and arch not in DRAFTER_ARCHS
+    if output_tied:
+        # llama.cpp creates output from token_embd with TENSOR_DUPLICATED: a copy on the output device
+        output_bytes += tok.nbytes
+
+    layers = []
+    for il in range(n_layer_all):
+        kind = kinds[il]
+        is_swa = kind == KIND_SWA
+        kl = key_len_swa if is_swa else key_len
+        vl = val_len_swa if is_swa else val_len
+        has_kv = kind in (KIND_ATTENTION, KIND_SWA, KIND_NEXTN) and head_kv[il] > 0
+        layers.append({
+            "index": il,
+            "kind": kind,
+            "n_head": head[il],
+            "n_head_kv": head_kv[il] if has_kv else 0,
+            "key_length": kl if has_kv else 0,
+            "value_length": vl if has_kv else 0,
+            "n_ff": n_ff[il],
+            "kv_bytes_per_token_f16": (head_kv[il] * (kl + vl) * 2) if has_kv else 0,
+            "tensor_bytes": per_layer[il],
+        })
+    counts = {}
+    for k in kinds:
+        counts[k] = counts.get(k, 0) + 1
+
+    rope = {
+        "freq_base": key("rope.freq_base"),
+        "dimension_count": key("rope.dimension_count"),
+        "dimension_sections": key("rope.dimension_sections"),
+        "scaling_type": key("rope.scaling.type"),
+        "scaling_factor": key("rope.scaling.factor"),
+        "scaling_original_context_length": key("rope.scaling.original_context_length"),
+    }
+
+    drafter = None
+    if arch in DRAFTER_ARCHS:
+        top_k = key("selector_top_k", 0) or 0
+        markov = g.tensor("markov_w1.weight") is not None
+        drafter = {
+            "kind": "dspark" if markov else ("dflash2" if top_k > 0 else "dflash"),
+            "block_size": key("block_size"),
+            "selector_rank": key("selector_rank"),
+            "selector_top_k": top_k,
+            "conv_kernel_size": key("conv_kernel_size"),
+            "conv_group_size": key("conv_group_size"),
+            "mask_token_id": f.get("tokenizer.ggml.mask_token_id"),
+            "target_layers": key("target_layers"),
+            "sample_from_anchor": f.get("dflash.sample_from_anchor"),
+            "causal": key("attention.causal"),
+            "markov_head": markov,
+            "has_token_embd": tok is not None,
+            "has_output": out_w is not None,
+        }
+
+    facts.update({
+        "architecture_supported": supported,
+        "block_count": n_layer_all,
+        "nextn_predict_layers": nextn,
+        "n_layer": n_layer,
+        "context_length": key("context_length"),
+        "embedding_length": n_embd,
+        "feed_forward_length": max(n_ff) if n_ff else None,
+        "vocab_size": vocab,
+        "head_count": h0,
+        "head_count_kv": head_kv_raw if head_kv_raw is not None else h0,
+        "key_length": key_len,
+        "value_length": val_len,
+        "key_length_swa": key_len_swa,
+        "value_length_swa": val_len_swa,
+        "sliding_window": swa_window if (swa_window and KIND_SWA in counts) else (key("attention.sliding_window") or None),
+        "swa_type": swa_type,
+        "full_attention_interval": key("full_attention_interval"),
+        "ssm": ssm,
+        "recurrent_state": recurrent_state,
+        "rs_rollback": arch in RS_ROLLBACK_ARCHS,
+        "rope": rope,
+        "layer_kinds": kinds,
+        "layer_counts": counts,
+        "layers": layers,
+        "token_embd_bytes": token_embd_bytes,
+        "output_bytes": output_bytes,
+        "output_tied": output_tied,
+        "drafter": drafter,
+        "block_size": drafter["block_size"] if drafter else None,
+        "selector_top_k": drafter["selector_top_k"] if drafter else None,
+        "mask_token_id": f.get("tokenizer.ggml.mask_token_id"),
+        "mmproj": None,
+        "mmproj_bytes": 0,
+    })
+    return facts
+
+
+def gguf_facts(path):
+    """Read the GGUF at path and return its facts (raises GGUFError naming the file and the problem)."""
+    return facts_from_gguf(read_gguf(path))

@@ -1,0 +1,216 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gguf_info
+short_description: Read a GGUF file's header and derive the facts a deployment is sized from
+version_added: 0.1.0
+description:
+  - Parses the GGUF header, key/value metadata and tensor table on the target host (stdlib only) without
+    reading tensor data, and derives what C(dankfleet.llm.fit_plan) needs -- architecture, block count,
+    trained context, per-layer kind and KV geometry, recurrent state dimensions, per-layer tensor bytes,
+    output and token-embedding bytes, drafter keys, mmproj detection.
+  - Layer kinds follow llama.cpp b11434 -- C(attention), C(swa) (sliding window), C(recurrent) (DeltaNet,
+    SSM, RWKV), C(nextn) (the last C(nextn_predict_layers) blocks, the MTP head), C(ffn).
+  - A truncated file, a file that is not GGUF, or an unsupported GGUF version fails with a message naming
+    the file and the problem.
+  - Never changes anything; safe in check mode.
+options:
+  path:
+    description: The GGUF file (model, draft model or mmproj) on the target host.
+    type: path
+    required: true
+  tensors:
+    description: Also return the whole tensor table (name, shape, type, offset, nbytes) -- large for big models.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    description: Can run in check_mode and return the same facts.
+    support: full
+  diff_mode:
+    description: Nothing is changed, so there is nothing to diff.
+    support: none
+author:
+  - dankfleet engineers (@dankfleet)
+"""
+
+EXAMPLES = r"""
+- name: Read the drafter's header before sizing a spec-decode deployment
+  dankfleet.llm.gguf_info:
+    path: /home/dank/models/Qwen3.8-27B-DSpark-GGUF/Qwen3.8-27B-DSpark-Q8_0.gguf
+  register: __drafter
+
+- name: A drafter without a sliding window caches the whole target window
+  ansible.builtin.debug:
+    msg: "sliding_window={{ __drafter.sliding_window }} block_size={{ __drafter.block_size }}"
+"""
+
+RETURN = r"""
+path:
+  description: The file read.
+  returned: always
+  type: str
+file_size:
+  description: Bytes on disk.
+  returned: always
+  type: int
+gguf_version:
+  description: GGUF format version (2 or 3).
+  returned: always
+  type: int
+tensor_data_offset:
+  description: Where tensor data starts (header and metadata size, padded to the alignment).
+  returned: always
+  type: int
+tensor_count:
+  description: Number of tensors.
+  returned: always
+  type: int
+tensor_bytes_total:
+  description: Sum of all tensors' bytes, computed from ggml type block sizes.
+  returned: always
+  type: int
+tensor_types:
+  description: Count of tensors per ggml type.
+  returned: always
+  type: dict
+architecture:
+  description: C(general.architecture).
+  returned: always
+  type: str
+architecture_supported:
+  description: Whether the layer kinds of this architecture are derived (fit_plan refuses the others).
+  returned: always
+  type: bool
+is_mmproj:
+  description: The file is a multimodal projector (C(clip) architecture).
+  returned: always
+  type: bool
+mmproj:
+  description: For an mmproj -- C(projector_type), C(has_vision_encoder), C(has_audio_encoder), C(bytes).
+  returned: always
+  type: dict
+mmproj_bytes:
+  description: Tensor bytes of an mmproj (0 otherwise).
+  returned: always
+  type: int
+block_count:
+  description: C(<arch>.block_count), nextn blocks included.
+  returned: when not an mmproj
+  type: int
+nextn_predict_layers:
+  description: Number of trailing MTP/NextN blocks.
+  returned: when not an mmproj
+  type: int
+n_layer:
+  description: Trunk layers (block_count - nextn_predict_layers).
+  returned: when not an mmproj
+  type: int
+context_length:
+  description: The trained context (C(<arch>.context_length)).
+  returned: when not an mmproj
+  type: int
+embedding_length:
+  description: C(n_embd).
+  returned: when not an mmproj
+  type: int
+vocab_size:
+  description: Tokenizer size.
+  returned: when not an mmproj
+  type: int
+layers:
+  description: Per layer -- C(index), C(kind), C(n_head), C(n_head_kv), C(key_length), C(value_length), C(n_ff),
+    C(kv_bytes_per_token_f16), C(tensor_bytes).
+  returned: always
+  type: list
+  elements: dict
+layer_kinds:
+  description: The C(kind) of every layer, in order.
+  returned: always
+  type: list
+  elements: str
+layer_counts:
+  description: Number of layers of each kind.
+  returned: when not an mmproj
+  type: dict
+ssm:
+  description: C(conv_kernel), C(inner_size), C(state_size), C(group_count), C(time_step_rank).
+  returned: when not an mmproj
+  type: dict
+recurrent_state:
+  description: C(r_floats), C(s_floats) and C(bytes_per_layer_per_seq) (f32) of one recurrent layer.
+  returned: when not an mmproj
+  type: dict
+sliding_window:
+  description: The attention window (null if none).
+  returned: when not an mmproj
+  type: int
+token_embd_bytes:
+  description: Bytes of the token embedding (kept on the host by llama.cpp).
+  returned: when not an mmproj
+  type: int
+output_bytes:
+  description: Bytes placed on the output device (output.weight, or the duplicated token_embd when tied, norms,
+    drafter heads).
+  returned: when not an mmproj
+  type: int
+drafter:
+  description: For a dflash/dspark drafter -- C(kind), C(block_size), C(selector_rank), C(selector_top_k),
+    C(mask_token_id), C(target_layers), C(markov_head); null for other models.
+  returned: when not an mmproj
+  type: dict
+block_size:
+  description: A block drafter's C(dflash.block_size).
+  returned: when not an mmproj
+  type: int
+selector_top_k:
+  description: DFlash2's candidate selector top-k (0 without a selector).
+  returned: when not an mmproj
+  type: int
+mask_token_id:
+  description: C(tokenizer.ggml.mask_token_id).
+  returned: when not an mmproj
+  type: int
+metadata:
+  description: Every key/value pair; arrays longer than 64 elements are summarised as type and length.
+  returned: always
+  type: dict
+tensors:
+  description: The tensor table, when O(tensors=true).
+  returned: when requested
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            tensors=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params["path"]
+    try:
+        g = read_gguf(path)
+        facts = facts_from_gguf(g)
+    except GGUFError as exc:
+        module.fail_json(msg=str(exc), path=path)
+    if module.params["tensors"]:
+        facts["tensors"] = [t.as_dict() for t in g.tensors]
+    module.exit_json(changed=False, **facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,368 @@
+#!/usr/bin/env python
+"""A small HTTP file server with Range support and per-request fault injection.
+
+The lab's model mirror and the gguf_fetch tests' server. Python stdlib only
+(python3 >= 3.11), binds 127.0.0.1 unless told otherwise.
+
+One server answers clean and faulty URLs at once; the fault is chosen by a
+path prefix, so a test can aim a download at a fault without a second server:
+
+    /models/a.gguf                            the file, clean
+    /_fault/drop-after-4096/models/a.gguf     the same file, fault applied
+    /_fault/stall-3-once,rate-1000000/a.gguf  several faults, comma-separated
+
+Faults (N, S are integers; any fault may end in "-once", which makes it fire
+only on the first request for that fault+file(+query) and serve clean afterwards):
+
+    drop-after-N    send N body bytes of this response, then close the socket
+    ignore-range    answer 200 with the whole file even when Range was asked
+    wrong-bytes     flip one byte (file offset size // 2) in whatever is sent
+    wrong-bytes-K   flip the byte at file offset K instead
+    stall-S         after half of this response's body, send nothing for S s
+    rate-N          throttle the body to about N bytes per second
+    redirect-P      302 to the same file path on port P of this host (another origin)
+    404             answer 404
+    500             answer 500 (every time; "500-once": only the first time)
+    <3-digit code>  answer that status with an empty body (e.g. 503-once)
+
+Protocol: GET and HEAD; Accept-Ranges: bytes; a single "bytes=" range
+(a-b, a-, -n) answers 206 with Content-Range; an unsatisfiable range answers
+416 with "Content-Range: bytes */size"; several ranges are ignored (200,
+which RFC 9110 allows). If-Range with a non-matching ETag serves the whole
+file. With a token, requests without "Authorization: Bearer <token>" get 401.
+
+CLI:    python3 range_http_server.py --root DIR [--port 0] [--bind 127.0.0.1]
+                                     [--token T | --token-file F] [--quiet]
+        prints "LISTENING <port>" on stdout once it accepts connections.
+        The token may also come from $RANGE_HTTP_TOKEN (keeps it off ps).
+Python: server, port = serve(root, port=0, token=None)   # runs in a thread
+        ...; server.close()
+        server.requests holds one dict per answered request (method, path,
+        fault, range, status, sent, auth) so a test can prove what was asked.
+"""
+
+import argparse
+import email.utils
+import http.server
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+
+FAULT_PREFIX = "/_fault/"
+_CHUNK = 256 * 1024
+_RANGE_RE = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$")
+_FAULT_RE = re.compile(
+    r"^(?:(?P<drop>drop-after-(?P<drop_n>\d+))"
+    r"|(?P<ignore>ignore-range)"
+    r"|(?P<wrong>wrong-bytes(?:-(?P<wrong_k>\d+))?)"
+    r"|(?P<stall>stall-(?P<stall_s>\d+(?:\.\d+)?))"
+    r"|(?P<rate>rate-(?P<rate_n>\d+))"
+    r"|(?P<redirect>redirect-(?P<redirect_port>\d+))"
+    r"|(?P<status>[1-5]\d\d))"
+    r"(?P<once>-once)?$"
+)
+
+
+class FaultSpecError(ValueError):
+    pass
+
+
+def parse_faults(spec):
+    """Parse "drop-after-10,stall-2-once" into a list of (name, dict) tuples."""
+    faults = []
+    for item in filter(None, spec.split(",")):
+        m = _FAULT_RE.match(item)
+        if not m:
+            raise FaultSpecError("unknown fault %r" % item)
+        f = {"spec": item, "once": bool(m.group("once"))}
+        if m.group("drop"):
+            f.update(kind="drop", n=int(m.group("drop_n")))
+        elif m.group("ignore"):
+            f.update(kind="ignore-range")
+        elif m.group("wrong"):
+            k = m.group("wrong_k")
+            f.update(kind="wrong-bytes", offset=None if k is None else int(k))
+        elif m.group("stall"):
+            f.update(kind="stall", seconds=float(m.group("stall_s")))
+        elif m.group("rate"):
+            f.update(kind="rate", n=max(1, int(m.group("rate_n"))))
+        elif m.group("redirect"):
+            f.update(kind="redirect", port=int(m.group("redirect_port")))
+        else:
+            f.update(kind="status", code=int(m.group("status")))
+        faults.append(f)
+    return faults
+
+
+def parse_range(header, size):
+    """Return (start, end_inclusive), None (ignore: serve 200) or "unsatisfiable"."""
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None  # unknown unit or several ranges: RFC 9110 lets us ignore it
+    m = _RANGE_RE.match(spec)
+    if not m or (m.group(1) == "" and m.group(2) == ""):
+        return None
+    first, last = m.group(1), m.group(2)
+    if first == "":  # suffix range: the last N bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            return "unsatisfiable"
+        return (max(0, size - n), size - 1)
+    start = int(first)
+    end = size - 1 if last == "" else min(int(last), size - 1)
+    if last != "" and int(last) < start:
+        return None  # syntactically invalid: ignore
+    if start >= size:
+        return "unsatisfiable"
+    return (start, end)
+
+
+class RangeHTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr, root, token=None, quiet=True):
+        self.root = os.path.realpath(root)
+        self.token = token
+        self.quiet = quiet
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.fired = set()
+        self.requests = []
+        super().__init__(addr, RangeRequestHandler)
+
+    def close(self):
+        """Stop serving, wake stalled responses, release the port."""
+        self.stop_event.set()
+        self.shutdown()
+        self.server_close()
+
+    def claim_once(self, key):
+        """True the first time key is claimed (a -once fault fires), False after."""
+        with self.lock:
+            if key in self.fired:
+                return False
+            self.fired.add(key)
+            return True
+
+    def record(self, entry):
+        with self.lock:
+            self.requests.append(entry)
+
+
+class _Dropped(Exception):
+    pass
+
+
+class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "dankfleet-range-http/1"
+
+    def log_message(self, fmt, *args):
+        if not self.server.quiet:
+            sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
+
+    def do_HEAD(self):
+        self._serve(head=True)
+
+    def do_GET(self):
+        self._serve(head=False)
+
+    # -- helpers ---------------------------------------------------------
+    def _plain(self, code, text, extra=None):
+        body = (text + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        return code
+
+    def _resolve(self, rel):
+        path = os.path.realpath(os.path.join(self.server.root, rel.lstrip("/")))
+        if path != self.server.root and not path.startswith(self.server.root + os.sep):
+            return None
+        return path
+
+    def _serve(self, head):
+        entry = {"method": self.command, "path": self.path, "fault": "",
+                 "range": self.headers.get("Range"), "status": None, "sent": 0,
+                 "auth": "Authorization" in self.headers}
+        try:
+            entry["status"] = self._answer(head, entry)
+        except (_Dropped, BrokenPipeError, ConnectionResetError, socket.timeout):
+            self.close_connection = True
+        finally:
+            self.server.record(entry)
+
+    def _answer(self, head, entry):
+        split = urllib.parse.urlsplit(self.path)
+        raw = urllib.parse.unquote(split.path)
+        faults = []
+        if raw.startswith(FAULT_PREFIX):
+            spec, _, rest = raw[len(FAULT_PREFIX):].partition("/")
+            entry["fault"] = spec
+            try:
+                faults = parse_faults(spec)
+            except FaultSpecError as e:
+                return self._plain(400, str(e))
+            raw = "/" + rest
+        # A "-once" fault fires only on the first request for that fault+file
+        # (+query: a test can add ?anything to get a fresh "once").
+        once_key = raw + ("?" + split.query if split.query else "")
+        faults = [f for f in faults
+                  if not f["once"] or self.server.claim_once((f["spec"], once_key))]
+
+        if self.server.token is not None:
+            want = "Bearer " + self.server.token
+            if self.headers.get("Authorization", "") != want:
+                return self._plain(401, "bearer token required",
+                                   {"WWW-Authenticate": 'Bearer realm="models"'})
+
+        for f in faults:
+            if f["kind"] == "redirect":
+                host = self.server.server_address[0]
+                loc = "http://%s:%d%s" % (host, f["port"], urllib.parse.quote(raw))
+                return self._plain(302, "moved", {"Location": loc})
+            if f["kind"] == "status":
+                self.close_connection = True
+                return self._plain(f["code"], "injected fault %s" % f["spec"],
+                                   {"Connection": "close"})
+
+        path = self._resolve(raw)
+        if path is None or not os.path.isfile(path):
+            return self._plain(404, "not found: %s" % raw)
+
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            size = st.st_size
+            etag = '"%x-%x"' % (size, st.st_mtime_ns)
+            kinds = {f["kind"]: f for f in faults}
+            rng = parse_range(self.headers.get("Range"), size)
+            if_range = self.headers.get("If-Range")
+            if if_range is not None and if_range.strip() != etag:
+                rng = None
+            if "ignore-range" in kinds:
+                rng = None
+            if rng == "unsatisfiable":
+                self.send_response(416)
+                self.send_header("Content-Range", "bytes */%d" % size)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return 416
+            if rng is None:
+                code, start, end = 200, 0, size - 1
+            else:
+                code, (start, end) = 206, rng
+            length = end - start + 1 if size else 0
+            self.send_response(code)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("ETag", etag)
+            self.send_header("Last-Modified",
+                             email.utils.formatdate(st.st_mtime, usegmt=True))
+            self.send_header("Content-Length", str(length))
+            if code == 206:
+                self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
+            self.end_headers()
+            if head or length == 0:
+                return code
+            if not faults:
+                sent = self.connection.sendfile(fh, start, length)
+                entry["sent"] = sent
+                return code
+            self._send_faulty(fh, start, length, size, kinds, entry)
+            return code
+
+    def _send_faulty(self, fh, start, length, size, kinds, entry):
+        drop = kinds.get("drop")
+        stall = kinds.get("stall")
+        rate = kinds.get("rate")
+        wrong = kinds.get("wrong-bytes")
+        limit = length if drop is None else min(length, drop["n"])
+        stall_at = length // 2 if stall else None
+        flip = None
+        if wrong:
+            flip = size // 2 if wrong["offset"] is None else wrong["offset"]
+        fh.seek(start)
+        sent = 0
+        t0 = time.monotonic()
+        while sent < limit:
+            n = min(_CHUNK, limit - sent)
+            if stall_at is not None and sent < stall_at:
+                n = min(n, stall_at - sent)
+            if rate:
+                n = min(n, max(1, rate["n"] // 20))
+            buf = fh.read(n)
+            if not buf:
+                break
+            if flip is not None and start + sent <= flip < start + sent + len(buf):
+                b = bytearray(buf)
+                b[flip - start - sent] ^= 0xFF
+                buf = bytes(b)
+            self.wfile.write(buf)
+            sent += len(buf)
+            entry["sent"] = sent
+            if stall_at is not None and sent == stall_at:
+                stall_at = None
+                if self.server.stop_event.wait(stall["seconds"]):
+                    raise _Dropped()
+            if rate:
+                ahead = sent / rate["n"] - (time.monotonic() - t0)
+                if ahead > 0 and self.server.stop_event.wait(ahead):
+                    raise _Dropped()
+        if sent < length:
+            # drop-after: the client was promised Content-Length bytes; cut it off.
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            raise _Dropped()
+
+
+def serve(root, port=0, token=None, host="127.0.0.1", quiet=True):
+    """Start a server in a daemon thread; return (server, port). Stop: server.close()."""
+    server = RangeHTTPServer((host, port), root, token=token, quiet=quiet)
+    t = threading.Thread(target=server.serve_forever, name="range-http", daemon=True)
+    t.start()
+    return server, server.server_address[1]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", required=True, help="directory to serve")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    p.add_argument("--bind", default="127.0.0.1", help="address (default 127.0.0.1)")
+    p.add_argument("--token", help="require this bearer token")
+    p.add_argument("--token-file", help="read the bearer token from this file")
+    p.add_argument("--quiet", action="store_true", help="no per-request log on stderr")
+    a = p.parse_args(argv)
+    if not os.path.isdir(a.root):
+        p.error("--root %s is not a directory" % a.root)
+    token = a.token or os.environ.get("RANGE_HTTP_TOKEN") or None
+    if a.token_file:
+        with open(a.token_file) as f:
+            token = f.read().strip()
+    server = RangeHTTPServer((a.bind, a.port), a.root, token=token, quiet=a.quiet)
+    print("LISTENING %d" % server.server_address[1], flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop_event.set()
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Shared helpers for the planner's unit tests (gguf_reader, gguf_facts, gguf_info, fit_plan)."""
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+for _p in (os.path.join(ROOT, "collections"), os.path.join(ROOT, "plugins", "module_utils"), FIXTURES,
+           os.path.join(ROOT, "tests", "lab")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+R9700 = 34208743424
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name + ".json")) as fh:
+        return json.load(fh)
+
+
+def r9700s():
+    return [{"name": "ROCm0", "vram_total_bytes": R9700, "vram_reserved_bytes": 0},
+            {"name": "ROCm1", "vram_total_bytes": R9700, "vram_reserved_bytes": 0}]
+
+
+def write_gguf(path, arch, kv=None, tensors=None, endian=None, alignment=None):
+    """A small GGUF through the gguf package's GGUFWriter.
+
+    kv: {key: value} (ints -> UINT32, floats -> FLOAT32, str, bool, lists); a key given as
+    (value, GGUFValueType) picks the type. tensors: {name: (shape_ggml_order, type_name)}; data is
+    random bytes of the right size for any ggml type (content does not matter to a header reader).
+    """
+    import gguf
+    from gguf import GGMLQuantizationType, GGUFValueType
+    kwargs = {}
+    if endian == "big":
+        kwargs["endianess"] = gguf.GGUFEndian.BIG
+    w = gguf.GGUFWriter(str(path), arch, **kwargs)
+    if alignment:
+        w.add_uint32("general.alignment", alignment)
+        w.data_alignment = alignment
+    for key, value in (kv or {}).items():
+        if isinstance(value, tuple):
+            value, vtype = value
+            if vtype == GGUFValueType.ARRAY:
+                w.add_array(key, value)
+            else:
+                w.add_key_value(key, value, vtype)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, list):
+            w.add_array(key, value)
+        else:
+            raise TypeError(key)
+    rng = np.random.RandomState(7)
+    for name, (shape, tname) in (tensors or {}).items():
+        qtype = GGMLQuantizationType[tname]
+        blck, size = gguf.GGML_QUANT_SIZES[qtype]
+        n_rows = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        nbytes = shape[0] // blck * size * n_rows
+        raw = rng.randint(0, 255, size=nbytes, dtype=np.uint8)
+        # raw_shape is the byte shape in numpy order: outer dims reversed, the row in bytes last
+        raw_shape = list(reversed(shape[1:])) + [shape[0] // blck * size]
+        w.add_tensor(name, raw.reshape(raw_shape), raw_shape=raw_shape, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def qwen35_kv(n_layer_all=9, nextn=1, interval=4, n_embd=64, head_kv=2, head_dim=32, ctx=4096):
+    return {
+        "qwen35.block_count": n_layer_all, "qwen35.nextn_predict_layers": nextn, "qwen35.context_length": ctx,
+        "qwen35.embedding_length": n_embd, "qwen35.feed_forward_length": 128, "qwen35.attention.head_count": 4,
+        "qwen35.attention.head_count_kv": head_kv, "qwen35.attention.key_length": head_dim,
+        "qwen35.attention.value_length": head_dim, "qwen35.full_attention_interval": interval,
+        "qwen35.ssm.conv_kernel": 4, "qwen35.ssm.inner_size": 128, "qwen35.ssm.state_size": 16,
+        "qwen35.ssm.group_count": 2, "qwen35.ssm.time_step_rank": 8,
+        "tokenizer.ggml.tokens": ["t%d" % i for i in range(96)],
+    }
+
+
+def qwen35_tensors(n_layer_all=9, n_embd=64, ttype="Q8_0"):
+    t = {"token_embd.weight": ([n_embd, 96], "F16"), "output_norm.weight": ([n_embd], "F32"),
+         "output.weight": ([n_embd, 96], ttype)}
+    for il in range(n_layer_all):
+        t["blk.%d.attn_norm.weight" % il] = ([n_embd], "F32")
+        t["blk.%d.ffn_up.weight" % il] = ([n_embd, 128], ttype)
+        t["blk.%d.ffn_down.weight" % il] = ([128, n_embd], ttype)
+    return t
