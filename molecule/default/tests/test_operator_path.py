@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[3]
 PORT = "18470"
 UNIT = "frank-medium"
 TOUCHED = ["/opt/llama.cpp", "/var/lib/dankfleet", "/etc/llama-server", "/usr/local/libexec/dankfleet",
-           "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache"]
+           "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache",
+           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards"]
 
 
 def playbook(*args, timeout=900):
@@ -57,6 +58,8 @@ def test_endpoint_is_gated(host):
     assert host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip() == "0"
     assert chat(host)["usage"]["completion_tokens"] >= 1
     assert host.file("/var/lib/frank-medium/rollback/env").exists
+    # observability: the promtool-validated rules carry the spec-decode alert
+    assert "LlmSpecDecodeOff" in host.file("/etc/prometheus/rules.d/frank-medium.rules.yml").content_string
 
 
 def test_check_diff_changes_nothing(host):
