@@ -1,5 +1,4 @@
-#!/usr/bin/python3
-"""fingerprint.py OUT PATH...: owner, group, mode and sha256 (or link target) of each PATH as JSON."""
+"""python3 fingerprint.py OUT PATH...: owner, group, mode and sha256 (or link target) of each PATH as JSON."""
 import grp
 import hashlib
 import json

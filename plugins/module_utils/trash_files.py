@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Move files into a dated trash directory with a MANIFEST, and put them back.
 
 Plain Python, no Ansible import, so unit tests drive it in a temp tree.
@@ -36,6 +36,7 @@ import grp
 import hashlib
 import os
 import pwd
+import re
 import shutil
 import stat
 
@@ -186,6 +187,16 @@ def unit_paths(unit, scope, user=None, root='/'):
     return found
 
 
+def earlier_trash_dirs(trash_dir):
+    """Trash directories of the same tag from other days (``<YYYYMMDD>-<tag>`` siblings)."""
+    parent, base = os.path.split(os.path.normpath(trash_dir))
+    match = re.match(r'^[0-9]{8}-(.+)$', base)
+    if not match or not os.path.isdir(parent):
+        return []
+    pattern = os.path.join(glob.escape(parent), '[0-9]' * 8 + '-' + glob.escape(match.group(1)))
+    return sorted(d for d in glob.glob(pattern) if os.path.normpath(d) != os.path.normpath(trash_dir))
+
+
 def format_manifest(file_rows, unit_rows, comments=()):
     lines = [MANIFEST_HEADER]
     lines.extend('# %s' % c for c in comments)
@@ -272,6 +283,7 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
         with open(manifest) as handle:
             old_files, old_units = parse_manifest(handle.read(), manifest)
 
+    earlier = earlier_trash_dirs(trash_dir)
     plan, already, missing = [], [], []
     for path in expand(paths):
         dest = trash_path(trash_dir, path)
@@ -287,7 +299,12 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
         elif os.path.lexists(dest):
             already.append({'src': path, 'dest': dest})
         else:
-            missing.append(path)
+            for other in earlier:
+                if os.path.lexists(trash_path(other, path)):
+                    already.append({'src': path, 'dest': trash_path(other, path)})
+                    break
+            else:
+                missing.append(path)
 
     result = {
         'changed': bool(plan),

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright (c) dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -25,7 +25,7 @@ description:
   - Idempotent both ways; in check mode it reports the moves it would make and changes nothing.
   - Stops no unit and reloads no manager; the role C(dankfleet.llm.runtime_retire) does that around it.
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 options:
   trash_dir:
     description:

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 # Copyright (c) dankfleet engineers
 # MIT License (see galaxy.yml)
-"""llama-env-check [--json] FILE: validate a llama_server env file before it goes live.
+"""python3 llama_env_check.py [--json] FILE: validate a llama_server env file before it goes live.
 
 Parses FILE the way systemd's EnvironmentFile= does (KEY=VALUE lines, '#' comments, single
 quotes literal, double quotes with backslash escapes of " \\ ` $) and refuses, with one line per
@@ -180,7 +179,7 @@ def main(argv):
     if as_json:
         args = args[1:]
     if len(args) != 1:
-        sys.stderr.write('usage: llama-env-check [--json] FILE\n')
+        sys.stderr.write('usage: python3 llama_env_check.py [--json] FILE\n')
         return 2
     path = args[0]
     try:

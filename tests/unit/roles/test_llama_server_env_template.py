@@ -19,7 +19,10 @@ _spec.loader.exec_module(checker)
 
 PLAN = {
     'fits': True, 'tensor_split': [35, 30], 'ctx_size': 393216, 'ctx_per_slot': 196608, 'gap_bytes': 622770257,
-    'cache_ram_mib': 16384, 'cache_ram_law': {'bytes_per_token': 69632, 'slot_state_bytes': 13690208256},
+    'cache_ram_mib': 16384,
+    'cache_ram': {'kv_bytes_per_token': 65536, 'draft_kv_bytes_per_token': 4096, 'bytes_per_token': 69632,
+                  'swa_bytes_per_slot': 0, 'recurrent_bytes_per_slot': 158334976, 'slot_tokens': 196608,
+                  'slot_state_bytes': 13848543232, 'auto_mib': 13312, 'mib': 16384},
     'devices': [
         {'name': 'ROCm0', 'layers': 35, 'weights_bytes': 16e9, 'kv_bytes': 5.6e9, 'recurrent_bytes': 1.6e8,
          'draft_bytes': 0, 'mmproj_bytes': 9.3e8, 'compute_bytes': 1.1e9, 'total_bytes': 32.85e9, 'free_bytes': 1.36e9},
@@ -73,7 +76,11 @@ def test_the_plan_is_written_as_comments():
     assert "Why this split: the planner's balanced split" in joined
     assert [c for c in comments if c.startswith('# ROCm1') and ' 30 ' in c and '4.19' in c]  # draft GiB on ROCm1
     assert '#   35,30  1.27       1.85       0.58' in comments
-    assert '#   bytes_per_token: 69632' in comments
+    assert '#   per token: 65536 B KV + 4096 B draft KV = 69632 B' in comments
+    assert '#   one full slot: 196608 tokens x 69632 B + 151.0 MiB recurrent + 0.0 MiB window = 12.90 GiB' in comments
+    assert '#   CACHE_RAM 16384 MiB stores ~246723 tokens: it holds one full slot' in comments
+    text, _, _ = rendered(llama_server_plan=PLAN, _llama_server_eff_cache_ram=8192)
+    assert '#   CACHE_RAM 8192 MiB stores ~123361 tokens: it CANNOT hold one full slot' in text
     assert [c for c in comments if 'rope' in c and c.startswith('# - ')]
 
 
@@ -133,3 +140,34 @@ def test_the_unit_hides_integrated_gpus_and_limits_devices_per_backend():
     cuda = render('llama_server', 'llama-server.service.j2',
                   dict(common, llama_server_backend='cuda', llama_server_cuda_visible_devices='0'))
     assert 'Environment=CUDA_VISIBLE_DEVICES=0\n' in cuda and 'DeviceAllow=/dev/nvidiactl rw' in cuda
+
+
+def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_path):
+    """The planner's actual result shape (not a hand-written dict) on generated qwen35+MTP headers."""
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+    for path in (os.path.join(repo, 'tests', 'lab'), os.path.join(repo, 'collections')):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    gen_models = pytest.importorskip('gen_models')
+    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
+    entry = gen_models.write_model('qwen35-mtp', str(tmp_path / 'qwen35-mtp.gguf'))
+    facts = facts_from_gguf(read_gguf(entry['path']))
+    gpus = [{'name': 'RPC0', 'vram_total_bytes': 512 * 1048576}, {'name': 'RPC1', 'vram_total_bytes': 512 * 1048576}]
+    result = plan(gpus, facts, {'backend': 'cpu', 'ctx_size': 4096, 'parallel': 2, 'tensor_split': 'auto',
+                                'spec_type': ['draft-mtp'], 'spec_draft_n_max': 3, 'cache_ram_mib': 'auto'},
+                  host_ram_bytes=8 * 1073741824)
+    assert result['fits'], result['errors']
+    text, values, problems = rendered(
+        llama_server_plan=result, llama_server_spec_type=['draft-mtp'], llama_server_devices=['RPC0', 'RPC1'],
+        _llama_server_eff_tensor_split=result['tensor_split'], _llama_server_eff_ctx_size=result['ctx_size'],
+        _llama_server_eff_cache_ram=result['cache_ram_mib'])
+    assert problems == []
+    assert values['TENSOR_SPLIT'] == ','.join(str(x) for x in result['tensor_split'])
+    assert values['CACHE_RAM'] == str(result['cache_ram_mib'])
+    comments = text.splitlines()
+    assert [c for c in comments if c.startswith('# RPC0 ')] and [c for c in comments if c.startswith('# RPC1 ')]
+    assert '#   ' + result['table'].splitlines()[0] in comments
+    assert [c for c in comments if c.startswith('#   per token: ') and 'draft KV' in c]
+    assert [c for c in comments if 'it holds one full slot' in c]
