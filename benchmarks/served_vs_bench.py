@@ -9,11 +9,14 @@ exactly as systemd would start it (``LLAMA_SERVER_ENV_FILE=<env> <launcher>``, n
   false, so every prompt is processed) generating one token: the server's own
   ``timings.prompt_per_second``;
 * decode: ``--reps`` completions of a short prompt generating ``--gen`` tokens (greedy,
-  ``ignore_eos``): ``timings.predicted_per_second``.
+  ``ignore_eos``): ``timings.predicted_per_second``; and the same with the env file's own sampling
+  defaults (a request that names no sampler).
 
 Then the server is stopped and ``llama-bench`` runs on the same model with the flags the env file
 gives the server (device, -ngl, flash attention, batch, ubatch, KV types, threads, split):
-``-p <prompt> -n <gen> -r <reps>``. The ratio served / bench is the figure (goal >= 0.95).
+``-p <prompt> -n <gen> -r <reps>``. The ratio served / bench is the figure (goal >= 0.95), against
+llama-bench's median and its mean (its first repetition runs cold). ``--env`` may be repeated to
+serve the same model from several env files (e.g. with other EXTRA_ARGS) against one llama-bench.
 
     python benchmarks/served_vs_bench.py --env ENV --launcher LAUNCHER --bench BIN/llama-bench --out R.json
 """
@@ -67,9 +70,11 @@ def bench_args(env, prompt, gen, reps):
     return a
 
 
-def completion(port, n_prompt, n_predict, salt):
+def completion(port, n_prompt, n_predict, salt, greedy=True):
     body = {"prompt": prompt_tokens(n_prompt, salt), "n_predict": n_predict, "cache_prompt": False,
-            "temperature": 0.0, "top_k": 1, "ignore_eos": True}
+            "ignore_eos": True}
+    if greedy:
+        body.update({"temperature": 0.0, "top_k": 1})
     t0 = time.monotonic()
     r = post_json(port, "/completion", body)
     t = r.get("timings") or {}
@@ -93,6 +98,8 @@ def serve_and_measure(env_file, launcher, env, prompt, gen, reps, log_path, time
             completion(port, 64, 8, 999)                      # warm-up: first-use allocations, CUDA graphs
             pre = [completion(port, prompt, 1, i) for i in range(reps)]
             dec = [completion(port, 16, gen, 100 + i) for i in range(reps)]
+            # the same with the env file's own sampling defaults (what a client that sends none gets)
+            dec_def = [completion(port, 16, gen, 200 + i, greedy=False) for i in range(reps)]
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -101,9 +108,10 @@ def serve_and_measure(env_file, launcher, env, prompt, gen, reps, log_path, time
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-    return {"ready_s": ready_s, "prefill": pre, "decode": dec,
+    return {"ready_s": ready_s, "prefill": pre, "decode": dec, "decode_default_sampling": dec_def,
             "prefill_tps": statistics.median(r["prompt_per_second"] for r in pre),
-            "decode_tps": statistics.median(r["predicted_per_second"] for r in dec)}
+            "decode_tps": statistics.median(r["predicted_per_second"] for r in dec),
+            "decode_default_sampling_tps": statistics.median(r["predicted_per_second"] for r in dec_def)}
 
 
 def run_bench(bench, args, log_path):
@@ -116,6 +124,7 @@ def run_bench(bench, args, log_path):
     for row in rows:
         key = "prefill" if row.get("n_gen", 0) == 0 else "decode"
         out[key] = {"avg_ts": row["avg_ts"], "stddev_ts": row["stddev_ts"], "samples_ts": row.get("samples_ts"),
+                    "median_ts": statistics.median(row.get("samples_ts") or [row["avg_ts"]]),
                     "n_prompt": row.get("n_prompt"), "n_gen": row.get("n_gen")}
     out["build_commit"] = rows[0].get("build_commit") if rows else None
     out["gpu_info"] = rows[0].get("gpu_info") if rows else None
@@ -124,7 +133,8 @@ def run_bench(bench, args, log_path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env", required=True, help="the role's rendered env file")
+    p.add_argument("--env", required=True, action="append",
+                   help="the role's rendered env file (repeat: one served run per file, e.g. with other EXTRA_ARGS)")
     p.add_argument("--launcher", required=True, help="the role's rendered launcher (serve-llama-server)")
     p.add_argument("--bench", required=True, help="llama-bench of the same release")
     p.add_argument("--prompt", type=int, default=512)
@@ -132,22 +142,36 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    env = read_env(args.env)
     logs = Path(args.out).with_suffix("")
-    served = serve_and_measure(args.env, args.launcher, env, args.prompt, args.gen, args.reps,
-                               f"{logs}.server.log")
+    served = {}
+    envs = {}
+    for i, env_file in enumerate(args.env):
+        env = read_env(env_file)
+        envs[env_file] = env
+        served[env_file] = serve_and_measure(env_file, args.launcher, env, args.prompt, args.gen, args.reps,
+                                             f"{logs}.server{i}.log")
+        served[env_file]["extra_args"] = env.get("EXTRA_ARGS")
+    env = envs[args.env[0]]
     bargs = bench_args(env, args.prompt, args.gen, args.reps)
     bench = run_bench(args.bench, bargs, f"{logs}.bench.log")
+    ratios = {}
+    for env_file, sv in served.items():
+        ratios[env_file] = {
+            "prefill_vs_avg": sv["prefill_tps"] / bench["prefill"]["avg_ts"],
+            "prefill_vs_median": sv["prefill_tps"] / bench["prefill"]["median_ts"],
+            "decode_vs_avg": sv["decode_tps"] / bench["decode"]["avg_ts"],
+            "decode_vs_median": sv["decode_tps"] / bench["decode"]["median_ts"],
+            "decode_default_sampling_vs_median": sv["decode_default_sampling_tps"] / bench["decode"]["median_ts"]}
     res = {"env": {k: env.get(k) for k in ("LLAMA_BIN", "MODEL_PATH", "DEVICES", "NGL", "FLASH_ATTN", "CTX_SIZE",
                                            "PARALLEL", "BATCH_SIZE", "UBATCH_SIZE", "NUM_THREADS", "CACHE_TYPE_K",
                                            "CACHE_TYPE_V", "TENSOR_SPLIT", "SPLIT_MODE")},
-           "bench_args": [os.path.basename(args.bench)] + bargs, "served": served, "bench": bench,
-           "ratio": {"prefill": served["prefill_tps"] / bench["prefill"]["avg_ts"],
-                     "decode": served["decode_tps"] / bench["decode"]["avg_ts"]}}
+           "bench_args": [os.path.basename(args.bench)] + bargs, "served": served, "bench": bench, "ratio": ratios}
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
-    print(json.dumps({"served": {"prefill_tps": served["prefill_tps"], "decode_tps": served["decode_tps"]},
-                      "bench": {"prefill_tps": bench["prefill"]["avg_ts"], "decode_tps": bench["decode"]["avg_ts"]},
-                      "ratio": res["ratio"]}, indent=1))
+    print(json.dumps({"served": {k: {"prefill_tps": v["prefill_tps"], "decode_tps": v["decode_tps"],
+                                     "decode_default_sampling_tps": v["decode_default_sampling_tps"],
+                                     "extra_args": v["extra_args"]} for k, v in served.items()},
+                      "bench": {"prefill_tps": bench["prefill"]["median_ts"], "decode_tps": bench["decode"]["median_ts"]},
+                      "ratio": ratios}, indent=1))
     return 0
 
 

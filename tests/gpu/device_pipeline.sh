@@ -18,10 +18,15 @@
 # Hooks for a rehearsal on a CPU host (nothing else sets them): GPU9_PYTHON (a python with ansible
 # and gguf), GPU9_BUILD_EXTRA (a JSON file of role variables applied last), GPU9_GEN_A/GPU9_GEN_B
 # (model names to generate), GPU9_SKIP_MATRIX=1, GPU9_SVB_ARGS (served_vs_bench sizes).
+# A later session picks its steps with GPU9_PHASES (default gen,build,matrix,svb,fitp; recheck re-measures
+# GPU9_RECHECK, a regex of matrix ids, into out/recheck with the role's release) and adds cmake flags to the
+# role's with GPU9_CMAKE_EXTRA (a JSON object); tests/gpu/go.sh reads both from .whl/gpu9/env.sh.
 set -uo pipefail
 
 W=${GPU9_ROOT:-/root/gpu9}
 PY=${GPU9_PYTHON:-python3}
+PHASES=,${GPU9_PHASES:-gen,build,matrix,svb,fitp},
+has() { [[ $PHASES == *,$1,* ]]; }
 R=$W/w
 OUT=$W/out
 mkdir -p "$OUT" "$W/models"
@@ -75,12 +80,14 @@ if ! ls "$CUDA_HOME"/lib64/libcuda.so "$CUDA_HOME"/lib64/stubs/libcuda.so >/dev/
   DRIVER_LIB=$(ldconfig -p | awk '/libcuda\.so(\.1)? /{print $NF}' | sort | head -1)
   step "toolkit has no libcuda.so stub; the driver's: '$DRIVER_LIB'"
 fi
-export CUDA_HOME CUBLAS_INC CUBLAS_LIB DRIVER_LIB W
+CMAKE_BIN=$(command -v cmake) NINJA_BIN=$(command -v ninja)
+export CUDA_HOME CUBLAS_INC CUBLAS_LIB DRIVER_LIB W CMAKE_BIN NINJA_BIN GPU9_CMAKE_EXTRA
 "$PY" - > "$W/build-vars.json" <<'PYEOF'
 import glob, json, os
 e = os.environ
 cuda, W = e["CUDA_HOME"], e["W"]
 extra, libdirs = {}, [cuda + "/lib64", cuda + "/targets/x86_64-linux/lib"]
+extra.update(json.loads(e.get("GPU9_CMAKE_EXTRA") or "{}"))
 if e.get("CUBLAS_LIB"):
     lib = e["CUBLAS_LIB"]
     extra["CUDA_cublas_LIBRARY"] = sorted(glob.glob(lib + "/libcublas.so*"))[0]
@@ -99,7 +106,12 @@ print(json.dumps({
     "llama_cpp_build_prefix": W + "/opt", "llama_cpp_build_scratch_dir": W + "/scratch",
     "llama_cpp_build_user": "root", "llama_cpp_build_group": "root", "llama_cpp_build_user_create": False,
     "llama_cpp_build_as_user": False, "llama_cpp_build_jobs": 16, "llama_cpp_build_ccache": False,
-    "llama_cpp_build_cuda_home": cuda, "llama_cpp_build_cmake_extra_flags": extra,
+    "llama_cpp_build_cuda_home": cuda,
+    # cmake and ninja may be pip's (the image's python venv), off the role's default PATH
+    "llama_cpp_build_cmake": e["CMAKE_BIN"],
+    "llama_cpp_build_path": ":".join(dict.fromkeys([os.path.dirname(e["CMAKE_BIN"]), os.path.dirname(e["NINJA_BIN"]),
+                                                     "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
+                                                     "/sbin", "/bin"])), "llama_cpp_build_cmake_extra_flags": extra,
     "llama_cpp_build_bundle_lib_dirs": libdirs,
     "llama_cpp_build_gpu_present": True, "llama_cpp_build_expected_devices": 1}, indent=1))
 PYEOF
@@ -113,13 +125,16 @@ EXTRA=()
     -e ansible_python_interpreter="$(command -v "$PY")" ) > "$OUT/build-role.log" 2>&1 &
 BUILD_PID=$!
 
-step "gen: dense_g + drafter, hybrid_mtp_g (tests/lab/gen_models.py via benchmarks/accuracy_models.py)"
-( cd "$R" && nice -n 5 "$PY" benchmarks/accuracy_models.py --out "$W/models" ${GPU9_GEN_A:-dense_g drafter} ) > "$OUT/gen-dense.log" 2>&1 &
-G1=$!
-( cd "$R" && nice -n 5 "$PY" benchmarks/accuracy_models.py --out "$W/models" ${GPU9_GEN_B:-hybrid_mtp_g} ) > "$OUT/gen-hybrid.log" 2>&1 &
-G2=$!
-wait $G1; g1=$?
-wait $G2; g2=$?
+g1=- g2=-
+if has gen; then
+  step "gen: dense_g + drafter, hybrid_mtp_g (tests/lab/gen_models.py via benchmarks/accuracy_models.py)"
+  ( cd "$R" && nice -n 5 "$PY" benchmarks/accuracy_models.py --out "$W/models" ${GPU9_GEN_A:-dense_g drafter} ) > "$OUT/gen-dense.log" 2>&1 &
+  G1=$!
+  ( cd "$R" && nice -n 5 "$PY" benchmarks/accuracy_models.py --out "$W/models" ${GPU9_GEN_B:-hybrid_mtp_g} ) > "$OUT/gen-hybrid.log" 2>&1 &
+  G2=$!
+  wait $G1; g1=$?
+  wait $G2; g2=$?
+fi
 step "gen done rc=$g1/$g2 ($(ls -la "$W"/models/*.gguf 2>/dev/null | awk '{printf "%s %s; ", $9, $5}'))"
 
 wait $BUILD_PID; brc=$?
@@ -161,25 +176,41 @@ step "release $REL: $(grep -A3 'list-devices' "$OUT/release.txt" | tail -2 | tr 
 # ---- 3a: the accuracy matrix, the GPU-alone loads ----------------------------------------------
 M=("$PY" benchmarks/measure_llamacpp_buffers.py --set cuda-h200 --matrix --models-dir "$W/models"
    --bindir "$BIN" --out "$OUT/fixtures" --no-fit-params)
+if has matrix; then
 step "matrix: GPU alone"
-[[ -n ${GPU9_SKIP_MATRIX:-} ]] || ( cd "$R" && "${M[@]}" --only '-cuda$' ) >> "$OUT/matrix.log" 2>&1
+[[ -n ${GPU9_SKIP_MATRIX:-} ]] || ( cd "$R" && "${M[@]}" --only='-cuda$' ) >> "$OUT/matrix.log" 2>&1
 step "matrix GPU alone done: $(grep -c 'ok=True' "$OUT/matrix.log") ok, $(grep -c 'ok=False' "$OUT/matrix.log") failed"
+fi
+if has recheck; then
+  step "recheck with the role's release: ${GPU9_RECHECK:-}"
+  ( cd "$R" && "$PY" benchmarks/measure_llamacpp_buffers.py --set cuda-h200 --matrix --models-dir "$W/models" \
+      --bindir "$BIN" --out "$OUT/recheck" --no-fit-params --force --only="${GPU9_RECHECK:-NONE}" ) > "$OUT/recheck.log" 2>&1
+  step "recheck done: $(grep -c 'ok=True' "$OUT/recheck.log") ok, $(grep -c 'ok=False' "$OUT/recheck.log") failed"
+fi
 
 # ---- 4: served through the role's launcher vs llama-bench ---------------------------------------
-step "served vs llama-bench (launcher $W/serve/serve-llama-server)"
-( cd "$R" && timeout 300 "$PY" benchmarks/served_vs_bench.py --env "$W/serve/llama-server.env" \
+if has svb; then
+SVB_ENVS=(--env "$W/serve/llama-server.env")
+[[ -f $W/serve-bs/llama-server.env ]] && SVB_ENVS+=(--env "$W/serve-bs/llama-server.env")
+step "served vs llama-bench (launcher $W/serve/serve-llama-server; ${SVB_ENVS[*]})"
+( cd "$R" && timeout 400 "$PY" benchmarks/served_vs_bench.py "${SVB_ENVS[@]}" \
     --launcher "$W/serve/serve-llama-server" --bench "$BIN/llama-bench" ${GPU9_SVB_ARGS:---prompt 512 --gen 128 --reps 5} \
     --out "$OUT/served_vs_bench.json" ) > "$OUT/served_vs_bench.log" 2>&1
-step "served vs bench rc=$? $(tr -d '\n ' < "$OUT/served_vs_bench.log" | grep -o '"ratio".*' | head -c 200)"
+step "served vs bench rc=$? $(tr -d '\n ' < "$OUT/served_vs_bench.log" | grep -o '"ratio".*' | head -c 600)"
+fi
 
 # ---- 3b: the split loads (a ggml-rpc-server with the CUDA backend on the same GPU) -------------
+if has matrix; then
 step "matrix: split over CUDA0 + RPC0"
 [[ -n ${GPU9_SKIP_MATRIX:-} ]] || ( cd "$R" && "${M[@]}" ) >> "$OUT/matrix.log" 2>&1
 step "matrix done: $(grep -c 'ok=True' "$OUT/matrix.log") ok, $(grep -c 'ok=False' "$OUT/matrix.log") failed"
+fi
 
 # ---- 3c: llama.cpp's own projection for every load ---------------------------------------------
-step "llama-fit-params pass"
-[[ -n ${GPU9_SKIP_MATRIX:-} ]] || ( cd "$R" && "$PY" benchmarks/measure_llamacpp_buffers.py --set cuda-h200 --fit-params-only \
-    --models-dir "$W/models" --bindir "$BIN" --out "$OUT/fixtures" ) > "$OUT/fitp.log" 2>&1
+if has fitp && [[ -z ${GPU9_SKIP_MATRIX:-} ]]; then
+  step "llama-fit-params pass"
+  ( cd "$R" && "$PY" benchmarks/measure_llamacpp_buffers.py --set cuda-h200 --fit-params-only \
+      --models-dir "$W/models" --bindir "$BIN" --out "$OUT/fixtures" ) > "$OUT/fitp.log" 2>&1
+fi
 step "all done"
 touch "$W/state.done"

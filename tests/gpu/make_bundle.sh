@@ -20,6 +20,11 @@ cp tests/gpu/go.sh "$B/go.sh"
 rm -rf "$B/serve"
 ANSIBLE_COLLECTIONS_PATH=$REPO/collections "$VENV/bin/ansible-playbook" tests/gpu/render_serve.yml \
   -e @tests/gpu/serve_device.yml -e render_dir="$B/serve" -e serve_role_dir="$SERVE_ROLE_DIR" >/dev/null
+# the same launcher with llama.cpp's experimental GPU-side sampling (-bs), for the throughput comparison
+rm -rf "$B/serve-bs"
+ANSIBLE_COLLECTIONS_PATH=$REPO/collections "$VENV/bin/ansible-playbook" tests/gpu/render_serve.yml \
+  -e @tests/gpu/serve_device.yml -e render_dir="$B/serve-bs" -e serve_role_dir="$SERVE_ROLE_DIR" \
+  -e '{"llama_server_extra_args": ["--backend-sampling"], "llama_server_config_dir": "/root/gpu9/serve-bs"}' >/dev/null
 tar --exclude=./.git --exclude=./.whl --exclude=./.venv --exclude='__pycache__' --exclude=./.pytest_cache \
   --exclude=./tests/fixtures/llamacpp/b11434-cpu -cf "$B/bundle.tar" .
 du -sh "$B" "$REPO/.whl"
