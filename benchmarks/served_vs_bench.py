@@ -148,8 +148,15 @@ def main(argv=None):
     for i, env_file in enumerate(args.env):
         env = read_env(env_file)
         envs[env_file] = env
-        served[env_file] = serve_and_measure(env_file, args.launcher, env, args.prompt, args.gen, args.reps,
-                                             f"{logs}.server{i}.log")
+        try:
+            served[env_file] = serve_and_measure(env_file, args.launcher, env, args.prompt, args.gen, args.reps,
+                                                 f"{logs}.server{i}.log")
+        except (RuntimeError, OSError, ValueError, urllib.error.URLError) as e:
+            # one variant that does not serve (an experimental flag) must not lose the others
+            print("served run with %s failed: %s" % (env_file, e), file=sys.stderr)
+            if i == 0:
+                raise
+            continue
         served[env_file]["extra_args"] = env.get("EXTRA_ARGS")
     env = envs[args.env[0]]
     bargs = bench_args(env, args.prompt, args.gen, args.reps)
