@@ -83,7 +83,7 @@ def completion(port, n_prompt, n_predict, salt, greedy=True):
             "predicted_per_second": t.get("predicted_per_second")}
 
 
-def serve_and_measure(env_file, launcher, env, prompt, gen, reps, log_path, timeout=600):
+def serve_and_measure(env_file, launcher, env, prompt, gen, reps, log_path, timeout=600, warmup_tokens=0):
     port = int(env["LISTEN_PORT"])
     penv = dict(os.environ, LLAMA_SERVER_ENV_FILE=str(env_file))
     with open(log_path, "wb") as log:
@@ -96,6 +96,11 @@ def serve_and_measure(env_file, launcher, env, prompt, gen, reps, log_path, time
                                    % (proc.poll(), log_path))
             ready_s = round(time.monotonic() - t0, 2)
             completion(port, 64, 8, 999)                      # warm-up: first-use allocations, CUDA graphs
+            if warmup_tokens:
+                # keep the GPU busy before timing, as llama-bench's own warm-up run does: a GPU that idled
+                # ramps its clocks over the first seconds (served decode rose 354 -> 381 tok/s over 5 reps)
+                completion(port, prompt, 1, 998)
+                completion(port, 16, warmup_tokens, 997)
             pre = [completion(port, prompt, 1, i) for i in range(reps)]
             dec = [completion(port, 16, gen, 100 + i) for i in range(reps)]
             # the same with the env file's own sampling defaults (what a client that sends none gets)
@@ -140,17 +145,24 @@ def main(argv=None):
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--gen", type=int, default=128)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--warmup-tokens", type=int, default=0, help="tokens decoded by the server before timing")
+    p.add_argument("--bench-around", action="store_true",
+                   help="run llama-bench before and after the served runs (the ratio uses both)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     logs = Path(args.out).with_suffix("")
     served = {}
     envs = {}
+    bench_before = None
+    if args.bench_around:
+        env0 = read_env(args.env[0])
+        bench_before = run_bench(args.bench, bench_args(env0, args.prompt, args.gen, args.reps), f"{logs}.bench0.log")
     for i, env_file in enumerate(args.env):
         env = read_env(env_file)
         envs[env_file] = env
         try:
             served[env_file] = serve_and_measure(env_file, args.launcher, env, args.prompt, args.gen, args.reps,
-                                                 f"{logs}.server{i}.log")
+                                                 f"{logs}.server{i}.log", warmup_tokens=args.warmup_tokens)
         except (RuntimeError, OSError, ValueError, urllib.error.URLError) as e:
             # one variant that does not serve (an experimental flag) must not lose the others
             print("served run with %s failed: %s" % (env_file, e), file=sys.stderr)
@@ -161,6 +173,12 @@ def main(argv=None):
     env = envs[args.env[0]]
     bargs = bench_args(env, args.prompt, args.gen, args.reps)
     bench = run_bench(args.bench, bargs, f"{logs}.bench.log")
+    if bench_before:
+        # the served runs sit between two llama-bench runs: compare with their mean
+        for key in ("prefill", "decode"):
+            bench[key]["before"] = bench_before[key]
+            bench[key]["median_ts"] = (bench[key]["median_ts"] + bench_before[key]["median_ts"]) / 2
+            bench[key]["avg_ts"] = (bench[key]["avg_ts"] + bench_before[key]["avg_ts"]) / 2
     ratios = {}
     for env_file, sv in served.items():
         ratios[env_file] = {
