@@ -251,12 +251,12 @@ def all_smi_rows(root=FIXTURES):
         return [r for fx in fixtures for r in smi_rows(fx, facts)]
 
 
-def print_smi(rows):
-    w = max([len(r["config"]) for r in rows] + [6])
+def print_smi(show, rows):
+    w = max([len(r["config"]) for r in show] + [6])
     print("%-*s %-6s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
         w, "config", "device", "llama MiB", "smi load", "smi req", "unacc ld", "unacc rq", "pred MiB", "err MiB",
         "bound", "ok"))
-    for r in rows:
+    for r in show:
         print("%-*s %-6s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
             w, r["config"], r["device"], _mib(r["llama_bytes"]), _mib(r["smi_load_bytes"]),
             _mib(r["smi_request_bytes"]), _mib(r["unaccounted_load_bytes"]), _mib(r["unaccounted_request_bytes"]),
@@ -289,7 +289,7 @@ def main(argv=None):
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
-        print_smi([r for r in rows if not r["ok"]] if args.failures else rows)
+        print_smi([r for r in rows if not r["ok"]] if args.failures else rows, rows)
         return 1 if any(not r["ok"] for r in rows) else 0
     rows = all_rows(fixtures)
     if args.json:

@@ -203,9 +203,9 @@ PROFILES = {
                   "profile measured reproduces the CUDA buffers except those marked CUDA below.",
         "pipeline_copies": True,                # measured: sched copies = 4 over CUDA0 + RPC0, 1 on the GPU alone
         # CUDA: what nvidia-smi shows per process beyond llama.cpp's buffers once a first request ran: 603-621 MiB
-        # over the 98 processes of the matrix that run no drafter (589-591 MiB right after the load; an idle
+        # over the 80 processes of the matrix that run no drafter (589-591 MiB right after the load; an idle
         # ggml-rpc-server's bare context 518 MiB); the first request grows cuBLAS/pool memory by 14-30 MiB
-        "device_overhead_bytes": 620 * MIB,
+        "device_overhead_bytes": 624 * MIB,
         # CUDA: + up to 99 MiB on the device that runs a draft-simple drafter's layers (705-719 MiB in all) and
         # + up to 32 MiB on the device of an MTP head (651.7 MiB), both after the first speculative request
         "draft_overhead_bytes": 100 * MIB,
