@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The logic behind the llama_cpp_build role, as plain Python.
 
 Everything here is importable without Ansible so the unit tests can drive it:
@@ -257,7 +257,9 @@ def build_env(base_path, home, backend, toolchain_root=None, clang=None, cuda_ho
     """The complete environment of the build: built from nothing, so no LD_LIBRARY_PATH,
     no ROCM_PATH/HIP_PATH/CPATH from the invoking shell, and no /opt/rocm* anywhere."""
     path = scrub_path(base_path)
-    env = {'HOME': home, 'LANG': locale, 'LC_ALL': locale}
+    # LANG only: ccache hashes LANG and LC_ALL/LC_CTYPE/LC_MESSAGES when they are set,
+    # and the shared test build sets LANG alone.
+    env = {'HOME': home, 'LANG': locale}
     if backend == 'hip':
         bins = [os.path.join(toolchain_root, 'bin'), os.path.dirname(clang)]
         path = os.pathsep.join(dict.fromkeys(bins + [path]))
@@ -593,14 +595,37 @@ def tail(path, lines=40):
     return '\n'.join(data[-lines:])
 
 
-def build(configure, build_cmd, env, log_path, build_dir):
-    """Configure (once per build dir) and build. Raises ReleaseError naming the log."""
+CCACHE_COUNTERS = ('direct_cache_hit', 'preprocessed_cache_hit', 'cache_miss')
+
+
+def ccache_stats(ccache, env):
+    """ccache's own counters (ccache >= 4.4 --print-stats), {} when unavailable."""
+    if not ccache:
+        return {}
+    try:
+        proc = subprocess.run([ccache, '--print-stats'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, universal_newlines=True)
+    except OSError:
+        return {}
+    stats = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split('\t')
+        if len(parts) == 2 and parts[0] in CCACHE_COUNTERS and parts[1].isdigit():
+            stats[parts[0]] = int(parts[1])
+    return stats
+
+
+def build(configure, build_cmd, env, log_path, build_dir, ccache=None):
+    """Configure (once per build dir) and build. Raises ReleaseError naming the log.
+
+    Returns (seconds, ccache counters of this build: hits and misses)."""
     log_dir = os.path.dirname(log_path)
     if log_dir and not os.path.isdir(log_dir):
         os.makedirs(log_dir)
     for key in ('CCACHE_TEMPDIR',):
         if env.get(key) and not os.path.isdir(env[key]):
             os.makedirs(env[key])
+    before = ccache_stats(ccache, env)
     start = time.time()
     steps = []
     if not os.path.exists(os.path.join(build_dir, 'CMakeCache.txt')):
@@ -611,7 +636,13 @@ def build(configure, build_cmd, env, log_path, build_dir):
         if rc != 0:
             raise ReleaseError("the %s step failed (rc=%d); the full log is %s. Last lines:\n%s"
                                % (step, rc, log_path, tail(log_path)))
-    return round(time.time() - start, 1)
+    seconds = round(time.time() - start, 1)
+    after = ccache_stats(ccache, env)
+    counters = {}
+    if before and after:
+        counters = dict((k, after.get(k, 0) - before.get(k, 0)) for k in CCACHE_COUNTERS)
+        counters['total_after'] = sum(after.get(k, 0) for k in CCACHE_COUNTERS)
+    return seconds, counters
 
 
 # --------------------------------------------------------------------------
@@ -1039,4 +1070,3 @@ def verify(release_dir, backend, expected_build=None, expected_commit=None, devi
             more, devices = verify_devices(release_dir, backend, expected_devices, runtime_env)
             problems += more
     return {'problems': problems, 'version': version, 'devices': devices}
-

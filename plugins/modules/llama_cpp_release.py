@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Copyright: dankfleet engineers
-# MIT License (see galaxy.yml)
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -27,7 +27,7 @@ description:
     verifies the staging dir and renames it into C(<prefix>/releases/). A failed install leaves no release dir.
   - C(verify) checks a release the way a person would by hand; run it every time.
 author:
-  - dankfleet engineers
+  - dankfleet engineers (@dankfleet)
 options:
   action:
     description: Which step to take.
@@ -294,7 +294,8 @@ outputs:
   description: Build results (action C(build)).
   returned: when action is build
   type: dict
-  sample: {build_seconds: 812.4, build_number: 11434, commit: ''}
+  sample: {build_seconds: 812.4, build_number: 11434, commit: '', ccache: /usr/bin/ccache,
+           ccache_stats: {direct_cache_hit: 190, preprocessed_cache_hit: 0, cache_miss: 2, total_after: 192}}
 bundle:
   description: What the install copied.
   returned: when action is install
@@ -308,7 +309,9 @@ verify:
 '''
 
 import os
+import pwd
 import shutil
+import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
@@ -389,9 +392,11 @@ def do_build(spec, plan):
         if not build_number:
             build_number = int(lcr.git(src_dir, 'rev-list', '--count', 'HEAD'))
     configure = lcr.with_build_number(plan['configure_argv'], build_number)
-    seconds = lcr.build(configure, plan['build_argv'], plan['env'], plan['log'], plan['build_dir'])
+    seconds, counters = lcr.build(configure, plan['build_argv'], plan['env'], plan['log'], plan['build_dir'],
+                                  plan['ccache'])
     return {'build_seconds': seconds, 'build_number': build_number, 'commit': commit,
-            'ccache': plan['ccache'] or '', 'jobs': plan['jobs'], 'log': plan['log']}
+            'ccache': plan['ccache'] or '', 'ccache_stats': counters, 'jobs': plan['jobs'], 'log': plan['log'],
+            'built_at': int(time.time()), 'user': pwd.getpwuid(os.geteuid()).pw_name}
 
 
 def verify_args(spec, plan, outputs):
@@ -459,8 +464,8 @@ def main():
             result['changed'] = lcr.unpack_toolchain(tarball, plan['inputs']['toolchain_sha256'],
                                                      plan['toolchain_root'], spec['toolchain_strip_components'],
                                                      spec['toolchain_clang'])
-            result['msg'] = 'toolchain %s at %s' % ('unpacked' if result['changed'] else 'present',
-                                                     plan['toolchain_root'])
+            state = 'unpacked' if result['changed'] else 'present'
+            result['msg'] = 'toolchain %s at %s' % (state, plan['toolchain_root'])
         elif action == 'build':
             if plan['up_to_date']:
                 result['msg'] = plan['message']

@@ -23,4 +23,5 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 export ANSIBLE_CONFIG="$repo/ansible.cfg"
+ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml
 ansible-playbook -i inventory/lab deploy-frank-medium.yml "$@"

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """A synthetic private ROCm toolchain with the real directory shapes, for the hip path.
 
 No ROCm toolchain is on any reachable registry, so the hip-specific parts of
