@@ -430,8 +430,11 @@ def do_install(spec, plan, outputs):
             os.rmdir(os.path.dirname(staging))
         except OSError:
             pass
-    if not spec['keep_scratch'] and os.path.isdir(plan['work_dir']):
-        shutil.rmtree(plan['work_dir'], ignore_errors=True)
+    if not spec['keep_scratch']:
+        for path in (plan['build_dir'], plan['src_dir']):
+            shutil.rmtree(path, ignore_errors=True)
+        if os.path.isfile(plan['log']):
+            os.remove(plan['log'])
     return result, checked
 
 

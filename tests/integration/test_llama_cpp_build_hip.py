@@ -148,7 +148,7 @@ def releases(prefix):
 
 def cmake_calls(prefix):
     calls = []
-    for log in Path(str(prefix) + "-scratch").glob("*/build/cmake-calls.jsonl"):
+    for log in Path(str(prefix) + "-scratch").glob("build-*/cmake-calls.jsonl"):
         calls += [json.loads(line) for line in log.read_text().splitlines()]
     return calls
 

@@ -112,7 +112,8 @@ def test_build_log_kept_beside_the_release(host):
 
 def test_scratch_tree_removed_after_install(host):
     name = release(host).rsplit("/", 1)[1]
-    assert not host.file("%s/%s" % (SCRATCH, name)).exists
+    for path in ("build-" + name, "build-%s.log" % name, "src-b11434"):
+        assert not host.file("%s/%s" % (SCRATCH, path)).exists, path
 
 
 def test_nothing_compiled_after_the_first_converge(host):
