@@ -411,6 +411,7 @@ def plan(params, stat_release=None):
         'build_dir': build_dir,
         'log': os.path.join(work_dir, 'build-%s.log' % name),
         'toolchain_root': toolchain_root,
+        'toolchain_ready': bool(toolchain_sha) and toolchain_ready(toolchain_root, toolchain_sha),
         'clang': clang,
         'gfx_targets': gfx_targets,
         'cmake_flags': flags,

@@ -369,7 +369,7 @@ SPEC_OPTIONS = dict(
 
 def summary(plan):
     keys = ('name', 'hash', 'release_dir', 'staging_dir', 'current', 'current_target', 'link_target', 'up_to_date',
-            'current_ok', 'message', 'ref', 'work_dir', 'src_dir', 'build_dir', 'log', 'toolchain_root', 'clang',
+            'current_ok', 'message', 'ref', 'work_dir', 'src_dir', 'build_dir', 'log', 'toolchain_root', 'toolchain_ready', 'clang',
             'gfx_targets', 'cmake_flags', 'targets', 'jobs', 'env', 'configure_argv', 'build_argv', 'inputs',
             'stamp', 'ccache', 'build_number', 'missing_tools')
     return dict((k, plan.get(k)) for k in keys)
