@@ -31,9 +31,13 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
+# ansible-lint puts ~/.ansible/collections ahead of ./collections; a stale
+# install there (molecule's prerun from another checkout) must not decide what
+# resolves, so lint runs with a HOME of its own.
 lint: venv
 	yamllint -s .
-	ansible-lint
+	mkdir -p .lab/lint-home
+	HOME=$(CURDIR)/.lab/lint-home ansible-lint
 
 sanity: venv
 	tests/sanity.sh

@@ -12,7 +12,7 @@ path prefix, so a test can aim a download at a fault without a second server:
     /_fault/stall-3-once,rate-1000000/a.gguf  several faults, comma-separated
 
 Faults (N, S are integers; any fault may end in "-once", which makes it fire
-only on the first request for that fault+file and serve clean afterwards):
+only on the first request for that fault+file(+query) and serve clean afterwards):
 
     drop-after-N    send N body bytes of this response, then close the socket
     ignore-range    answer 200 with the whole file even when Range was asked
@@ -20,6 +20,7 @@ only on the first request for that fault+file and serve clean afterwards):
     wrong-bytes-K   flip the byte at file offset K instead
     stall-S         after half of this response's body, send nothing for S s
     rate-N          throttle the body to about N bytes per second
+    redirect-P      302 to the same file path on port P of this host (another origin)
     404             answer 404
     500             answer 500 (every time; "500-once": only the first time)
     <3-digit code>  answer that status with an empty body (e.g. 503-once)
@@ -30,14 +31,14 @@ Protocol: GET and HEAD; Accept-Ranges: bytes; a single "bytes=" range
 which RFC 9110 allows). If-Range with a non-matching ETag serves the whole
 file. With a token, requests without "Authorization: Bearer <token>" get 401.
 
-CLI:    range_http_server.py --root DIR [--port 0] [--bind 127.0.0.1]
-                             [--token T | --token-file F] [--quiet]
+CLI:    python3 range_http_server.py --root DIR [--port 0] [--bind 127.0.0.1]
+                                     [--token T | --token-file F] [--quiet]
         prints "LISTENING <port>" on stdout once it accepts connections.
         The token may also come from $RANGE_HTTP_TOKEN (keeps it off ps).
 Python: server, port = serve(root, port=0, token=None)   # runs in a thread
         ...; server.close()
         server.requests holds one dict per answered request (method, path,
-        fault, range, status, sent) so a test can prove what was asked.
+        fault, range, status, sent, auth) so a test can prove what was asked.
 """
 
 import argparse
@@ -60,6 +61,7 @@ _FAULT_RE = re.compile(
     r"|(?P<wrong>wrong-bytes(?:-(?P<wrong_k>\d+))?)"
     r"|(?P<stall>stall-(?P<stall_s>\d+(?:\.\d+)?))"
     r"|(?P<rate>rate-(?P<rate_n>\d+))"
+    r"|(?P<redirect>redirect-(?P<redirect_port>\d+))"
     r"|(?P<status>[1-5]\d\d))"
     r"(?P<once>-once)?$"
 )
@@ -88,6 +90,8 @@ def parse_faults(spec):
             f.update(kind="stall", seconds=float(m.group("stall_s")))
         elif m.group("rate"):
             f.update(kind="rate", n=max(1, int(m.group("rate_n"))))
+        elif m.group("redirect"):
+            f.update(kind="redirect", port=int(m.group("redirect_port")))
         else:
             f.update(kind="status", code=int(m.group("status")))
         faults.append(f)
@@ -191,7 +195,8 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self, head):
         entry = {"method": self.command, "path": self.path, "fault": "",
-                 "range": self.headers.get("Range"), "status": None, "sent": 0}
+                 "range": self.headers.get("Range"), "status": None, "sent": 0,
+                 "auth": "Authorization" in self.headers}
         try:
             entry["status"] = self._answer(head, entry)
         except (_Dropped, BrokenPipeError, ConnectionResetError, socket.timeout):
@@ -200,7 +205,8 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             self.server.record(entry)
 
     def _answer(self, head, entry):
-        raw = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        split = urllib.parse.urlsplit(self.path)
+        raw = urllib.parse.unquote(split.path)
         faults = []
         if raw.startswith(FAULT_PREFIX):
             spec, _, rest = raw[len(FAULT_PREFIX):].partition("/")
@@ -210,9 +216,11 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             except FaultSpecError as e:
                 return self._plain(400, str(e))
             raw = "/" + rest
-        # A "-once" fault fires only on the first request for that fault+file.
+        # A "-once" fault fires only on the first request for that fault+file
+        # (+query: a test can add ?anything to get a fresh "once").
+        once_key = raw + ("?" + split.query if split.query else "")
         faults = [f for f in faults
-                  if not f["once"] or self.server.claim_once((f["spec"], raw))]
+                  if not f["once"] or self.server.claim_once((f["spec"], once_key))]
 
         if self.server.token is not None:
             want = "Bearer " + self.server.token
@@ -221,6 +229,10 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
                                    {"WWW-Authenticate": 'Bearer realm="models"'})
 
         for f in faults:
+            if f["kind"] == "redirect":
+                host = self.server.server_address[0]
+                loc = "http://%s:%d%s" % (host, f["port"], urllib.parse.quote(raw))
+                return self._plain(302, "moved", {"Location": loc})
             if f["kind"] == "status":
                 self.close_connection = True
                 return self._plain(f["code"], "injected fault %s" % f["spec"],

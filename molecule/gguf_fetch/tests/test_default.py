@@ -1,0 +1,96 @@
+"""gguf_fetch on the lab host: what a person would check by hand after the scenario.
+
+converge fetched three files from the mirror (the drafter through a dropped
+connection), side_effect removed/corrupted/truncated them and the role repaired
+them; here every file must match the source's manifest, carry a stamp that
+vouches for this very inode, be owned by the serve user, and the corrupted
+drafter must sit in the trash with a note, not be gone.
+
+The host's state is collected by one script in the container (each testinfra
+call through the ansible backend costs seconds on the shared CI box).
+"""
+import json
+
+import pytest
+
+MODELS = "/var/lib/dankfleet/models"
+FILES = {
+    "target": ("qwen35-mtp", f"{MODELS}/qwen35-mtp/qwen35-mtp.gguf"),
+    "drafter": ("draft-dflash", f"{MODELS}/draft-dflash/draft-dflash.gguf"),
+    "mmproj": ("swa-dense", f"{MODELS}/qwen35-mtp/swa-dense.gguf"),
+}
+COLLECT = r"""
+import grp, hashlib, json, os, pwd, subprocess, sys
+models, files = sys.argv[1], json.loads(sys.argv[2])
+def sha(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+out = {"files": {}, "trash": {}}
+for role, path in files.items():
+    st = os.stat(path)
+    out["files"][role] = {
+        "size": st.st_size, "inode": st.st_ino, "mode": st.st_mode & 0o7777,
+        "user": pwd.getpwuid(st.st_uid).pw_name, "group": grp.getgrgid(st.st_gid).gr_name,
+        "sha256": sha(path), "part": os.path.exists(path + ".part"),
+        "stamp": json.load(open(path + ".verified.json")),
+    }
+trash = os.path.join(models, ".trash")
+out["trash_mode"] = os.stat(trash).st_mode & 0o7777
+for name in sorted(os.listdir(trash)):
+    p = os.path.join(trash, name)
+    out["trash"][name] = open(p).read() if name.endswith(".note") else sha(p)
+out["log"] = open("/var/log/dankfleet/gguf_fetch.log").read()
+out["manifest"] = json.load(open("/srv/dankfleet-cache/models/MANIFEST.json"))
+out["mirror"] = subprocess.run(["systemctl", "is-active", "gguf-fetch-mirror"],
+                               capture_output=True, text=True).stdout.strip()
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def state(host):
+    r = host.run("python3 -c %s %s %s", COLLECT, MODELS, json.dumps({k: v[1] for k, v in FILES.items()}))
+    assert r.rc == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("role", sorted(FILES))
+def test_file_matches_source_and_is_owned_by_serve_user(state, role):
+    name, _ = FILES[role]
+    f, src = state["files"][role], state["manifest"][name]
+    assert (f["size"], f["sha256"]) == (src["size"], src["sha256"])
+    assert (f["user"], f["group"], f["mode"]) == ("llama", "llama", 0o644)
+    assert not f["part"]
+
+
+@pytest.mark.parametrize("role", sorted(FILES))
+def test_stamp_vouches_for_this_inode(state, role):
+    name, _ = FILES[role]
+    f = state["files"][role]
+    assert (f["stamp"]["inode"], f["stamp"]["size"]) == (f["inode"], f["size"])
+    assert f["stamp"]["sha256"] == state["manifest"][name]["sha256"]
+
+
+def test_corrupted_drafter_is_in_the_trash_with_a_note(state):
+    src = state["manifest"]["draft-dflash"]
+    assert state["trash_mode"] == 0o700
+    moved = [n for n in state["trash"] if n.endswith("-draft-dflash.gguf")]
+    assert len(moved) == 1, sorted(state["trash"])
+    assert state["trash"][moved[0]] != src["sha256"]  # the corrupted bytes, kept
+    note = state["trash"][moved[0] + ".note"]
+    assert f"expected size {src['size']} sha256 {src['sha256']}" in note
+    assert f"found    size {src['size']} sha256 {state['trash'][moved[0]]}" in note
+
+
+def test_progress_log_shows_the_dropped_connection_and_the_resume(state):
+    log = state["log"]
+    assert "draft-dflash.gguf attempt 1 failed: the server ended the body at byte 65536" in log
+    assert "swa-dense.gguf resume from byte" in log
+    assert log.count("verified and promoted") == 6  # three files in converge, three repaired
+
+
+def test_mirror_still_serving(state):
+    assert state["mirror"] == "active"

@@ -1,0 +1,786 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Resumable, byte-verified download of one large file (a GGUF payload).
+
+Plain Python (stdlib only) so tests and benchmarks import it directly; the
+module plugins/modules/gguf_fetch.py is a thin AnsibleModule wrapper.
+
+The contract, in the order fetch() applies it:
+
+* The declared size and sha256 come from the caller (the inventory), never
+  from the file on disk.
+* A present <dest> is verified: by its stamp (<dest>.verified.json: size,
+  mtime_ns, inode, sha256, written only after a full hash matched) when
+  verify='stamp', by a full re-hash otherwise. A mismatch is moved to the
+  trash directory with a note (expected vs found), never deleted.
+* The payload is downloaded into <dest>.part, resumed with Range from the
+  .part's length. sha256 is computed while the bytes arrive (one pass: an
+  existing .part prefix is hashed once, then the stream continues).
+* A 200 answer to a Range request restarts the .part from zero; 416 on a
+  complete .part goes straight to verification; connection loss, stalls
+  (timeout) and 5xx are retried with exponential backoff.
+* <dest> appears only by an atomic rename of a .part whose size and sha256
+  both match. A complete .part that does not match goes to the trash.
+* Before any byte is downloaded, the destination filesystem must have the
+  bytes still to download plus a margin free, or it fails naming the numbers.
+* Check mode (check_mode=True) reads but never writes: it reports
+  verified / would_download / would_resume / mismatch.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import datetime
+import errno
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import queue
+import re
+import shutil
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+STAMP_SUFFIX = ".verified.json"
+PART_SUFFIX = ".part"
+STAMP_VERSION = 1
+# 256 KiB: the buffer a recv fills is still in cache when write() and sha256 read
+# it; measured on the 2-core CI box, 4 MiB buffers cost ~2x the system time.
+DEFAULT_CHUNK = 256 * 1024
+HASH_READ_CHUNK = 1024 * 1024
+# Statuses a retry may cure; anything else (401, 403, 404, ...) fails at once.
+RETRYABLE_HTTP = frozenset((408, 425, 429, 500, 502, 503, 504))
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
+
+
+class FetchError(Exception):
+    """A failure with a message naming the cause and the fix.
+
+    result carries what was measured up to the failure (bytes, trash notes).
+    """
+
+    def __init__(self, msg, result=None):
+        super(FetchError, self).__init__(msg)
+        self.msg = msg
+        self.result = result or {}
+
+
+class _Retryable(Exception):
+    """An attempt failed in a way a later attempt may cure."""
+
+
+def utcnow():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def redact_url(url):
+    """scheme://host/path only: signed query strings and userinfo stay out of logs."""
+    p = urllib.parse.urlsplit(url)
+    host = p.hostname or ""
+    if p.port:
+        host = "%s:%d" % (host, p.port)
+    return urllib.parse.urlunsplit((p.scheme, host, p.path, "", ""))
+
+
+def validate_declared(size, sha256):
+    """Return (size, sha256) normalised, or raise FetchError naming the bad value."""
+    if isinstance(size, bool) or not isinstance(size, int):
+        try:
+            size = int(str(size).strip())
+        except ValueError:
+            raise FetchError("size must be an integer byte count from the inventory manifest, got %r" % (size,))
+    if size <= 0:
+        raise FetchError("size must be > 0 (the declared byte count from the manifest), got %d" % size)
+    sha = str(sha256 or "").strip().lower()
+    if sha.startswith("sha256:"):
+        sha = sha[len("sha256:"):]
+    if not _SHA256_RE.match(sha):
+        raise FetchError("sha256 must be 64 hex digits (the Hub's LFS oid), got %r" % (sha256,))
+    return size, sha
+
+
+def disk_free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def human(n):
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.2f %s" % (n, unit))
+        n /= 1024.0
+    return str(n)
+
+
+def hash_file(path, chunk=HASH_READ_CHUNK, limit=None, hasher=None):
+    """sha256 of path's first `limit` bytes (all if None); returns (hasher, nbytes)."""
+    h = hasher or hashlib.sha256()
+    n = 0
+    buf = bytearray(chunk)
+    mv = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while limit is None or n < limit:
+            want = chunk if limit is None else min(chunk, limit - n)
+            got = f.readinto(mv[:want])
+            if not got:
+                break
+            h.update(mv[:got])
+            n += got
+    return h, n
+
+
+def read_stamp(dest):
+    try:
+        with open(dest + STAMP_SUFFIX) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def stamp_matches(stamp, st, size, sha256):
+    """True when the stamp vouches for this exact file (same inode, size, mtime) and hash."""
+    if not stamp:
+        return False
+    try:
+        return (int(stamp.get("size", -1)) == st.st_size == size
+                and int(stamp.get("mtime_ns", -1)) == st.st_mtime_ns
+                and int(stamp.get("inode", -1)) == st.st_ino
+                and str(stamp.get("sha256", "")).lower() == sha256)
+    except (TypeError, ValueError):
+        return False
+
+
+def write_stamp(dest, sha256, url):
+    st = os.stat(dest)
+    stamp = {
+        "version": STAMP_VERSION,
+        "file": os.path.basename(dest),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "inode": st.st_ino,
+        "sha256": sha256,
+        "verified_at": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "source": redact_url(url),
+    }
+    tmp = dest + STAMP_SUFFIX + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(stamp, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, dest + STAMP_SUFFIX)
+    return stamp
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class ProgressLog:
+    """Appends human-readable progress lines to a file the operator can `tail -f`."""
+
+    def __init__(self, path, label, interval):
+        self.path = path
+        self.label = label
+        self.interval = interval
+        self._next = 0.0
+        self._fh = None
+        if path:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                os.makedirs(parent, 0o755)
+            self._fh = open(path, "a", buffering=1)
+
+    def line(self, text):
+        if self._fh:
+            self._fh.write("%s %s %s\n" % (utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"), self.label, text))
+
+    def progress(self, done, total, rate, force=False):
+        if not self._fh:
+            return
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + self.interval
+        eta = "?"
+        if rate > 0 and total >= done:
+            eta = "%ds" % int((total - done) / rate)
+        self.line("progress %d/%d bytes (%.1f%%) %s/s eta %s"
+                  % (done, total, 100.0 * done / total if total else 100.0, human(rate), eta))
+
+    def close(self):
+        if self._fh:
+            self._fh.close()
+            self._fh = None
+
+
+class _PipelinedHasher:
+    """sha256 on a worker thread so hashing overlaps network reads and disk writes.
+
+    hashlib releases the GIL for large buffers, so on a multi-core host the
+    download runs at about max(recv + write, sha256) instead of their sum.
+    Buffers come from a fixed pool; the writer gets one, fills it, writes it
+    and hands it here; the worker hashes it and returns it to the pool.
+    """
+
+    def __init__(self, chunk, depth=16, hasher=None):
+        self.chunk = chunk
+        self._h = hasher or hashlib.sha256()
+        self._pool = queue.Queue()
+        self._work = queue.Queue()
+        self._buffers = [bytearray(chunk) for _ in range(depth)]
+        for b in self._buffers:
+            self._pool.put(b)
+        self._error = None
+        self._t = threading.Thread(target=self._run, name="gguf-fetch-sha256", daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while True:
+            item = self._work.get()
+            if item is None:
+                self._work.task_done()
+                return
+            buf, n = item
+            try:
+                if self._error is None:
+                    self._h.update(memoryview(buf)[:n])
+            except Exception as e:  # pragma: no cover - hashlib does not fail on bytes
+                self._error = e
+            finally:
+                self._pool.put(buf)
+                self._work.task_done()
+
+    def get_buffer(self):
+        return self._pool.get()
+
+    def put(self, buf, n):
+        if n:
+            self._work.put((buf, n))
+        else:
+            self._pool.put(buf)
+
+    def give_back(self, buf):
+        self._pool.put(buf)
+
+    def sync(self):
+        self._work.join()
+        if self._error is not None:
+            raise self._error
+
+    def reset(self):
+        self.sync()
+        self._h = hashlib.sha256()
+
+    def hexdigest(self):
+        self.sync()
+        return self._h.hexdigest()
+
+    def close(self):
+        self._work.put(None)
+        self._t.join(timeout=10)
+
+
+class _RedirectKeepingTokenOnSameOrigin(urllib.request.HTTPRedirectHandler):
+    """Follow redirects; resend the bearer token only while the origin stays the same.
+
+    The Hub answers /resolve/ with a redirect to a signed CDN URL: the token
+    must not travel there.
+    """
+
+    def __init__(self, token):
+        self._token = token
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = urllib.request.HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
+        if new is not None and self._token:
+            a, b = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(new.full_url)
+            if (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port):
+                new.add_unredirected_header("Authorization", "Bearer " + self._token)
+        return new
+
+
+def build_opener(token=None, validate_certs=True):
+    """urllib opener: proxies from the environment (http_proxy, https_proxy, no_proxy)."""
+    handlers = [urllib.request.ProxyHandler(), _RedirectKeepingTokenOnSameOrigin(token)]
+    if not validate_certs:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        handlers.append(urllib.request.HTTPSHandler(context=ctx))
+    return urllib.request.build_opener(*handlers)
+
+
+def _parse_content_range(value):
+    """'bytes a-b/n' -> (a, b, n); 'bytes */n' -> (None, None, n); n may be None."""
+    m = _CONTENT_RANGE_RE.match(value or "")
+    if not m:
+        return None
+    a, b, n = m.group(1), m.group(2), m.group(3)
+    return (None if a is None else int(a), None if b is None else int(b),
+            None if n == "*" else int(n))
+
+
+class Fetcher:
+    """One fetch of one file. fetch() below is the convenient entry point."""
+
+    def __init__(self, url, dest, size, sha256, token=None, verify="stamp", retries=5,
+                 timeout=30.0, retry_delay=2.0, retry_delay_max=60.0, trash_dir=None,
+                 progress_log=None, progress_interval=10.0, disk_margin_bytes=1 << 30,
+                 validate_certs=True, fsync=True, chunk_size=DEFAULT_CHUNK,
+                 check_mode=False, disk_free=None, user_agent="dankfleet.llm.gguf_fetch"):
+        self.url = url
+        self.dest = os.path.abspath(dest) if dest else dest
+        self.size, self.sha256 = validate_declared(size, sha256)
+        self.token = token or None
+        self.verify = verify
+        self.retries = int(retries)
+        self.timeout = float(timeout)
+        self.retry_delay = float(retry_delay)
+        self.retry_delay_max = float(retry_delay_max)
+        self.trash_dir = trash_dir
+        self.progress_log = progress_log
+        self.progress_interval = float(progress_interval)
+        self.disk_margin_bytes = int(disk_margin_bytes)
+        self.validate_certs = validate_certs
+        self.fsync = fsync
+        self.chunk_size = int(chunk_size)
+        self.check_mode = check_mode
+        self.disk_free = disk_free or disk_free_bytes
+        self.user_agent = user_agent
+        self.part = self.dest + PART_SUFFIX if dest else None
+        self.result = {
+            "changed": False,
+            "status": None,
+            "path": self.dest,
+            "declared_size": self.size,
+            "declared_sha256": self.sha256,
+            "bytes_downloaded": 0,
+            "bytes_hashed": 0,
+            "resumed_from": 0,
+            "rate_bytes_per_s": 0,
+            "elapsed_s": 0.0,
+            "attempts": 0,
+            "resumes": 0,
+            "restarts": 0,
+            "would_download_bytes": 0,
+            "trashed": [],
+            "stamp": None,
+            "progress_log": progress_log,
+        }
+        self._log = None
+        self._transfer_s = 0.0
+
+    # -- validation ------------------------------------------------------
+    def _validate(self):
+        if self.verify not in ("stamp", "full"):
+            raise FetchError("verify must be 'stamp' or 'full', got %r" % (self.verify,))
+        if not self.url:
+            raise FetchError("url is required")
+        scheme = urllib.parse.urlsplit(self.url).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise FetchError("url must be http:// or https://, got %r" % redact_url(self.url))
+        if not self.dest or self.dest.endswith(os.sep):
+            raise FetchError("dest must be a file path, got %r" % (self.dest,))
+        if self.retries < 0:
+            raise FetchError("retries must be >= 0, got %d" % self.retries)
+        if self.timeout <= 0:
+            raise FetchError("timeout must be > 0 seconds, got %s" % self.timeout)
+        if self.disk_margin_bytes < 0:
+            raise FetchError("disk_margin_bytes must be >= 0, got %d" % self.disk_margin_bytes)
+        if os.path.isdir(self.dest):
+            raise FetchError("dest %s is a directory; give the file path (<dir>/<file>.gguf)" % self.dest)
+        parent = os.path.dirname(self.dest)
+        if not os.path.isdir(parent) and not self.check_mode:
+            raise FetchError("the directory of dest does not exist: %s (create it first, e.g. with ansible.builtin.file)" % parent)
+
+    # -- trash -----------------------------------------------------------
+    def _trash(self, path, reason, found_size, found_sha256):
+        """Move path (and nothing else) into the trash dir with a .note beside it."""
+        trash = self.trash_dir or os.path.join(os.path.dirname(self.dest), ".trash")
+        if not os.path.isdir(trash):
+            os.makedirs(trash, 0o700)
+        stamp = utcnow().strftime("%Y%m%dT%H%M%S.%fZ")
+        target = os.path.join(trash, "%s-%s" % (stamp, os.path.basename(path)))
+        note_path = target + ".note"
+        note = {
+            "moved_from": path,
+            "moved_to": target,
+            "reason": reason,
+            "expected": {"size": self.size, "sha256": self.sha256},
+            "found": {"size": found_size, "sha256": found_sha256},
+            "source": redact_url(self.url),
+            "at": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            os.rename(path, target)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            shutil.move(path, target)  # another filesystem: copy + remove, still never a bare delete
+        with open(note_path, "w") as f:
+            f.write("# gguf_fetch moved this file here instead of deleting it.\n")
+            f.write("# expected size %d sha256 %s\n# found    size %s sha256 %s\n"
+                    % (self.size, self.sha256, found_size, found_sha256 or "(not hashed)"))
+            json.dump(note, f, indent=1, sort_keys=True)
+            f.write("\n")
+        if path == self.dest and os.path.exists(self.dest + STAMP_SUFFIX):
+            os.rename(self.dest + STAMP_SUFFIX, target + STAMP_SUFFIX)
+        entry = {"path": target, "note": note_path, "reason": reason, "from": path}
+        self.result["trashed"].append(entry)
+        if self._log:
+            self._log.line("trashed %s -> %s (%s)" % (path, target, reason))
+        return entry
+
+    # -- present file ----------------------------------------------------
+    def _check_present(self):
+        """Return 'verified', 'absent' or a mismatch dict for the current dest."""
+        try:
+            st = os.stat(self.dest)
+        except FileNotFoundError:
+            return "absent"
+        if st.st_size != self.size:
+            return {"reason": "size mismatch: expected %d bytes, found %d" % (self.size, st.st_size),
+                    "found_size": st.st_size, "found_sha256": None}
+        if self.verify == "stamp":
+            stamp = read_stamp(self.dest)
+            if stamp_matches(stamp, st, self.size, self.sha256):
+                self.result["stamp"] = stamp
+                self.result["verified_by"] = "stamp"
+                return "verified"
+        h, n = hash_file(self.dest)
+        self.result["bytes_hashed"] += n
+        found = h.hexdigest()
+        if found != self.sha256:
+            return {"reason": "sha256 mismatch: expected %s, found %s" % (self.sha256, found),
+                    "found_size": st.st_size, "found_sha256": found}
+        self.result["verified_by"] = "sha256"
+        if self.check_mode:
+            self.result["stamp"] = read_stamp(self.dest)
+        else:
+            self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url)
+        return "verified"
+
+    # -- HTTP ------------------------------------------------------------
+    def _request(self, opener, offset):
+        req = urllib.request.Request(self.url, method="GET")
+        req.add_header("User-Agent", self.user_agent)
+        req.add_header("Accept-Encoding", "identity")
+        if offset:
+            req.add_header("Range", "bytes=%d-" % offset)
+        if self.token:
+            req.add_unredirected_header("Authorization", "Bearer " + self.token)
+        try:
+            return opener.open(req, timeout=self.timeout)
+        except urllib.error.HTTPError as e:
+            return e  # an HTTPError is a response too (416 carries Content-Range)
+        except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as e:
+            reason = getattr(e, "reason", e)
+            raise _Retryable("cannot connect to %s: %s" % (redact_url(self.url), reason))
+
+    def _open_part(self, offset):
+        fd = os.open(self.part, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.ftruncate(fd, offset)
+        os.lseek(fd, offset, os.SEEK_SET)
+        return fd
+
+    def _attempt(self, opener, hasher, state):
+        """One HTTP exchange. Returns 'complete' or raises _Retryable / FetchError."""
+        offset = state["offset"]
+        resp = self._request(opener, offset)
+        try:
+            code = resp.getcode() if hasattr(resp, "getcode") else resp.code
+            headers = resp.headers
+            if code == 416:
+                cr = _parse_content_range(headers.get("Content-Range"))
+                total = cr[2] if cr else None
+                if total is not None and total != self.size:
+                    raise FetchError("the server has %d bytes at %s but the manifest declares %d: fix the manifest "
+                                     "(size from the Hub, not from a local file) or the URL"
+                                     % (total, redact_url(self.url), self.size))
+                if offset == self.size:
+                    self._log.line("416 on a complete .part (%d bytes): verifying" % offset)
+                    return "complete"
+                raise FetchError("the server answered 416 (range not satisfiable) for bytes=%d- of %s; "
+                                 "total %s, declared %d" % (offset, redact_url(self.url), total, self.size))
+            if code in (401, 403):
+                raise FetchError("HTTP %d from %s: %s; pass a valid token (option token, no_log) for gated repos"
+                                 % (code, redact_url(self.url), "no or wrong bearer token" if code == 401 else "forbidden"))
+            if code == 404:
+                raise FetchError("HTTP 404 from %s: check url, repo, revision and file in the manifest"
+                                 % redact_url(self.url))
+            if code in RETRYABLE_HTTP:
+                raise _Retryable("HTTP %d from %s" % (code, redact_url(self.url)))
+            if code not in (200, 206):
+                raise FetchError("unexpected HTTP %d from %s" % (code, redact_url(self.url)))
+
+            if code == 206:
+                cr = _parse_content_range(headers.get("Content-Range"))
+                if not cr or cr[0] is None:
+                    raise _Retryable("206 without a usable Content-Range (%r)" % headers.get("Content-Range"))
+                start, end, total = cr
+                if total is not None and total != self.size:
+                    raise FetchError("the server has %d bytes at %s but the manifest declares %d: fix the manifest "
+                                     "(size from the Hub, not from a local file) or the URL"
+                                     % (total, redact_url(self.url), self.size))
+                if start != offset:
+                    # Not what we asked for: start over rather than splice bytes at the wrong place.
+                    self._restart(hasher, state, "206 for bytes %d- when bytes=%d- was asked" % (start, offset))
+                    raise _Retryable("server sent a range starting at %d instead of %d" % (start, offset))
+                expect = end - start + 1
+            else:
+                length = headers.get("Content-Length")
+                if length is not None and int(length) != self.size:
+                    raise FetchError("the server has %s bytes at %s but the manifest declares %d: fix the manifest "
+                                     "(size from the Hub, not from a local file) or the URL"
+                                     % (length, redact_url(self.url), self.size))
+                if offset:
+                    self._restart(hasher, state, "server ignored Range (200 instead of 206 for bytes=%d-)" % offset)
+                    offset = 0
+                expect = self.size
+
+            if offset + expect > self.size:
+                raise FetchError("the server offers bytes up to %d of %s, beyond the declared size %d"
+                                 % (offset + expect, redact_url(self.url), self.size))
+            self._stream(resp, hasher, state, expect)
+            if state["offset"] < self.size:
+                raise _Retryable("the server ended the body at byte %d of %d" % (state["offset"], self.size))
+            return "complete"
+        finally:
+            try:
+                resp.close()
+            except Exception:
+                pass
+
+    def _restart(self, hasher, state, why):
+        self._log.line("restart from byte 0: %s" % why)
+        self.result["restarts"] += 1
+        hasher.reset()
+        os.ftruncate(state["fd"], 0)
+        os.lseek(state["fd"], 0, os.SEEK_SET)
+        state["offset"] = 0
+        state["resumed_from"] = 0
+
+    def _stream(self, resp, hasher, state, expect):
+        fd = state["fd"]
+        got_total = 0
+        t0 = time.monotonic()
+        try:
+            while got_total < expect:
+                buf = hasher.get_buffer()
+                mv = memoryview(buf)
+                want = min(len(buf), expect - got_total)
+                try:
+                    n = resp.readinto(mv[:want])
+                except (socket.timeout, TimeoutError):
+                    hasher.give_back(buf)
+                    raise _Retryable("no data for %ss (stalled) at byte %d" % (self.timeout, state["offset"]))
+                except (ConnectionError, http.client.HTTPException, OSError) as e:
+                    hasher.give_back(buf)
+                    raise _Retryable("connection lost at byte %d: %s" % (state["offset"], e))
+                if not n:
+                    hasher.give_back(buf)
+                    break
+                off = 0
+                try:
+                    while off < n:
+                        off += os.write(fd, mv[off:n])
+                except OSError as e:
+                    hasher.give_back(buf)
+                    if e.errno == errno.ENOSPC:
+                        raise FetchError("disk full writing %s at byte %d; the .part is kept for a resume once "
+                                         "space is freed" % (self.part, state["offset"]))
+                    raise
+                hasher.put(buf, n)
+                got_total += n
+                state["offset"] += n
+                self.result["bytes_downloaded"] += n
+                self.result["bytes_hashed"] += n
+                elapsed = self._transfer_s + (time.monotonic() - t0)
+                rate = self.result["bytes_downloaded"] / elapsed if elapsed > 0 else 0
+                self._log.progress(state["offset"], self.size, rate)
+        finally:
+            self._transfer_s += time.monotonic() - t0
+
+    def _download(self):
+        """Download into .part (resuming), verify, promote. Returns the final status."""
+        opener = build_opener(self.token, self.validate_certs)
+        offset = os.path.getsize(self.part) if os.path.exists(self.part) else 0
+        state = {"offset": offset, "resumed_from": offset, "fd": None}
+        chunk = self.chunk_size
+        prefix_hasher = None
+        if offset:
+            prefix_hasher, n = hash_file(self.part, limit=offset)
+            self.result["bytes_hashed"] += n
+            self._log.line("resume from byte %d (%s of %s already in %s; prefix hashed once)"
+                           % (offset, human(offset), human(self.size), self.part))
+        else:
+            self._log.line("start %s -> %s (%d bytes, sha256 %s)" % (redact_url(self.url), self.dest, self.size, self.sha256))
+        hasher = _PipelinedHasher(chunk, hasher=prefix_hasher)
+        state["fd"] = self._open_part(offset)
+        failures = 0
+        t_start = time.monotonic()
+        try:
+            while True:
+                self.result["attempts"] += 1
+                before = state["offset"]
+                if self.result["attempts"] > 1 and before:
+                    self.result["resumes"] += 1
+                try:
+                    self._attempt(opener, hasher, state)
+                    break
+                except _Retryable as e:
+                    if state["offset"] > before:
+                        failures = 0  # progress was made: the budget is for consecutive failures
+                    failures += 1
+                    if failures > self.retries:
+                        raise FetchError("giving up after %d attempts (%d retries without progress): %s. "
+                                         "%s holds %d of %d bytes; re-run to resume"
+                                         % (self.result["attempts"], self.retries, e, self.part,
+                                            state["offset"], self.size))
+                    delay = min(self.retry_delay * (2 ** (failures - 1)), self.retry_delay_max)
+                    self._log.line("attempt %d failed: %s; retry in %.1fs" % (self.result["attempts"], e, delay))
+                    time.sleep(delay)
+            digest = hasher.hexdigest()
+            if self.fsync:
+                os.fsync(state["fd"])
+        finally:
+            hasher.close()
+            os.close(state["fd"])
+            if not offset and not state["offset"] and os.path.getsize(self.part) == 0:
+                os.unlink(self.part)  # the empty .part this run created: nothing worth keeping
+            self.result["elapsed_s"] = round(time.monotonic() - t_start, 3)
+            if self._transfer_s > 0:
+                self.result["rate_bytes_per_s"] = int(self.result["bytes_downloaded"] / self._transfer_s)
+            self._log.progress(state["offset"], self.size, self.result["rate_bytes_per_s"], force=True)
+        self.result["resumed_from"] = state["resumed_from"]
+        got = os.path.getsize(self.part)
+        if got != self.size or digest != self.sha256:
+            reason = ("size mismatch after download: expected %d, got %d" % (self.size, got)
+                      if got != self.size else
+                      "sha256 mismatch after download: expected %s, got %s" % (self.sha256, digest))
+            entry = self._trash(self.part, reason, got, digest)
+            raise FetchError("%s from %s; the .part was moved to %s (never promoted). If the manifest is right, the "
+                             "source served wrong bytes: re-run to download again" % (reason, redact_url(self.url), entry["path"]))
+        os.replace(self.part, self.dest)
+        if self.fsync:
+            _fsync_dir(os.path.dirname(self.dest))
+        self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url)
+        self._log.line("verified and promoted %s (%d bytes, sha256 %s, %s/s)"
+                       % (self.dest, self.size, digest, human(self.result["rate_bytes_per_s"])))
+        return "resumed" if state["resumed_from"] else "downloaded"
+
+    def _preflight_disk(self, to_download):
+        parent = os.path.dirname(self.dest)
+        free = self.disk_free(parent)
+        need = to_download + self.disk_margin_bytes
+        self.result["disk"] = {"free_bytes": free, "needed_bytes": need, "to_download_bytes": to_download,
+                               "margin_bytes": self.disk_margin_bytes, "path": parent}
+        if free < need:
+            raise FetchError("not enough free disk on %s: %d bytes free (%s), need %d (%s) = %d still to download + "
+                             "%d margin; free space or lower disk_margin_bytes. Nothing was downloaded"
+                             % (parent, free, human(free), need, human(need), to_download, self.disk_margin_bytes))
+
+    # -- entry -----------------------------------------------------------
+    def run(self):
+        self._validate()
+        r = self.result
+        present = self._check_present()
+        if present == "verified":
+            r["status"] = "verified"
+            r["msg"] = "%s present and verified by %s" % (self.dest, r.get("verified_by"))
+            return r
+        if isinstance(present, dict):
+            r["mismatch"] = present
+        part_len = os.path.getsize(self.part) if os.path.exists(self.part) else 0
+        part_too_long = part_len > self.size
+
+        if self.check_mode:
+            if isinstance(present, dict):
+                r["status"] = "mismatch"
+                r["would_download_bytes"] = self.size
+                r["msg"] = ("%s does not match (%s): would move it to the trash and download %d bytes"
+                            % (self.dest, present["reason"], self.size))
+            elif part_len and not part_too_long:
+                r["status"] = "would_resume"
+                r["resumed_from"] = part_len
+                r["would_download_bytes"] = self.size - part_len
+                r["msg"] = "would resume %s from byte %d (%d bytes to download)" % (self.part, part_len, self.size - part_len)
+            else:
+                r["status"] = "would_download"
+                r["would_download_bytes"] = self.size
+                r["msg"] = "would download %d bytes to %s" % (self.size, self.dest)
+                if part_too_long:
+                    r["msg"] += " (the %d-byte .part is longer than declared: it would go to the trash)" % part_len
+            r["changed"] = True
+            if os.path.isdir(os.path.dirname(self.dest)):
+                self._preflight_disk(r["would_download_bytes"])
+            return r
+
+        lock_fd = os.open(os.path.dirname(self.dest), os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise FetchError("another gguf_fetch is writing in %s (flock held); wait for it to finish"
+                                 % os.path.dirname(self.dest))
+            self._log = ProgressLog(self.progress_log, os.path.basename(self.dest), self.progress_interval)
+            try:
+                if isinstance(present, dict):
+                    self._trash(self.dest, present["reason"], present["found_size"], present["found_sha256"])
+                    r["changed"] = True
+                if part_too_long:
+                    self._trash(self.part, "a .part of %d bytes is longer than the declared %d" % (part_len, self.size),
+                                part_len, None)
+                    part_len = 0
+                    r["changed"] = True
+                self._preflight_disk(self.size - part_len)
+                r["status"] = self._download()
+                r["changed"] = True
+                r["msg"] = "%s %s: %d bytes downloaded at %s/s" % (
+                    r["status"], self.dest, r["bytes_downloaded"], human(r["rate_bytes_per_s"]))
+                return r
+            except FetchError as e:
+                self._log.line("FAILED: %s" % e.msg)
+                raise
+            finally:
+                self._log.close()
+        finally:
+            os.close(lock_fd)
+
+
+def fetch(url, dest, size, sha256, **kwargs):
+    """Fetch url to dest, verified against the declared size and sha256.
+
+    Returns the result dict (see Fetcher.result); raises FetchError with a
+    message naming the cause and the fix, and e.result holding what was
+    measured (trash entries, bytes) up to the failure.
+    """
+    f = Fetcher(url, dest, size, sha256, **kwargs)
+    try:
+        return f.run()
+    except FetchError as e:
+        merged = dict(f.result)
+        merged.update(e.result)
+        e.result = merged
+        raise

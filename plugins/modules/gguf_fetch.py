@@ -1,0 +1,336 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gguf_fetch
+short_description: Resumable, byte-verified download of a large model file
+version_added: 0.1.0
+author:
+  - dankfleet engineers (@dankfleet)
+description:
+  - Downloads O(url) to O(dest) through C(<dest>.part), resuming an interrupted
+    download with an HTTP Range request, and computes sha256 while the bytes
+    arrive, so a multi-GB file is read once.
+  - O(dest) appears only by an atomic rename, and only when both O(size) and
+    O(sha256) match the declared values. Declare them from the inventory
+    manifest (the Hub's LFS oid is the sha256), never from a local file.
+  - A present O(dest) is verified first, by its stamp C(<dest>.verified.json)
+    (size, mtime, inode, sha256; written after a full hash matched) or, with
+    O(verify=full), by re-hashing it. A present file that does not match is
+    moved to O(trash_dir) with a C(.note) saying what was expected and found,
+    never deleted, and then downloaded again. A complete C(.part) that does
+    not match is moved to the trash too and the task fails.
+  - Connection loss, stalls (no byte for O(timeout) seconds) and HTTP
+    408/425/429/5xx are retried with exponential backoff from where the
+    C(.part) ends. A server that ignores Range (200 instead of 206) restarts
+    the C(.part) from zero; 416 on a complete C(.part) goes to verification.
+  - Before downloading, the destination filesystem must have the bytes still
+    to download plus O(disk_margin_bytes) free, or the task fails naming the
+    numbers and nothing is downloaded.
+  - Proxies come from the environment (C(http_proxy), C(https_proxy), C(no_proxy)).
+    The bearer token is sent only to the origin of O(url), not to a redirect
+    target on another host (the Hub redirects to a signed CDN URL).
+  - Unlike M(ansible.builtin.get_url), it resumes, and check mode verifies what
+    is on disk instead of sending a HEAD request.
+options:
+  url:
+    description:
+      - HTTP or HTTPS URL of the file, for example
+        C(https://huggingface.co/<repo>/resolve/<revision>/<file>).
+    type: str
+    required: true
+  dest:
+    description:
+      - Absolute path of the file to create. Its directory must exist.
+      - The download goes to C(<dest>.part) and the stamp to C(<dest>.verified.json).
+    type: path
+    required: true
+  size:
+    description:
+      - Declared size in bytes, from the manifest. A server that reports another
+        size fails the task before any byte is written.
+    type: int
+    required: true
+  sha256:
+    description:
+      - Declared sha256, 64 hex digits (an optional C(sha256:) prefix is accepted).
+    type: str
+    required: true
+  token:
+    description:
+      - "Bearer token for gated repositories, sent as C(Authorization: Bearer <token>)."
+    type: str
+  verify:
+    description:
+      - How a present O(dest) is verified.
+      - V(stamp) trusts a stamp whose size, mtime, inode and sha256 all match the
+        file and the declared values, and re-hashes otherwise.
+      - V(full) always re-hashes the whole file (the runbook's C(--verify-only)).
+    type: str
+    choices: [stamp, full]
+    default: stamp
+  retries:
+    description:
+      - How many consecutive failed attempts to retry. An attempt that received
+        new bytes resets the count, so a flaky link still finishes a long download.
+    type: int
+    default: 5
+  retry_delay:
+    description:
+      - Seconds before the first retry; doubles per consecutive failure, capped at 60.
+    type: float
+    default: 2.0
+  timeout:
+    description:
+      - Seconds to wait for a connection or for the next byte before the attempt
+        counts as stalled and is retried.
+    type: float
+    default: 30.0
+  trash_dir:
+    description:
+      - Where mismatching files are moved, each with a C(.note).
+      - Defaults to C(.trash) in the directory of O(dest) (same filesystem, so the move is a rename).
+    type: path
+  progress_log:
+    description:
+      - File to append progress lines to (start, resume, retries, bytes, rate, ETA,
+        trash moves, the result), for C(tail -f) during a long download.
+      - Not written in check mode. Omit for no log.
+    type: path
+  progress_interval:
+    description:
+      - Seconds between progress lines in O(progress_log).
+    type: float
+    default: 10.0
+  disk_margin_bytes:
+    description:
+      - Free bytes to leave on the destination filesystem after the download.
+    type: int
+    default: 1073741824
+  validate_certs:
+    description:
+      - Verify the server's TLS certificate.
+    type: bool
+    default: true
+  fsync:
+    description:
+      - Flush the C(.part) to disk before the rename, so a crash cannot leave a
+        verified-looking name over unwritten blocks.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - ansible.builtin.files
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Verifies what is on disk (stamp or hash) and reports V(verified),
+        V(would_download), V(would_resume) or V(mismatch) without writing,
+        moving or downloading anything. The disk preflight still applies.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - The stamp does not survive a copy or C(touch) of O(dest) (mtime or inode change);
+    the next run then re-hashes once and writes a new stamp.
+seealso:
+  - module: ansible.builtin.get_url
+"""
+
+EXAMPLES = r"""
+- name: Fetch the target model, verified against the manifest
+  dankfleet.llm.gguf_fetch:
+    url: https://huggingface.co/orcarouter/Qwen3.8-27B-Uncensored-GGUF/resolve/main/model-Q8_0.gguf
+    dest: /var/lib/dankfleet/models/frank-medium/model-Q8_0.gguf
+    size: 31457990112
+    sha256: "{{ frank_medium_manifest.target.sha256 }}"
+    token: "{{ hf_token | default(omit) }}"
+    owner: dank
+    group: dank
+    mode: "0644"
+    progress_log: /var/log/dankfleet/gguf_fetch.log
+  register: fetched
+
+- name: Re-hash everything, like the runbook's --verify-only
+  dankfleet.llm.gguf_fetch:
+    url: "{{ item.url }}"
+    dest: "{{ item.dest }}"
+    size: "{{ item.size }}"
+    sha256: "{{ item.sha256 }}"
+    verify: full
+  loop: "{{ models }}"
+  check_mode: true
+"""
+
+RETURN = r"""
+status:
+  description:
+    - V(verified) (present and matching), V(downloaded) (fetched from byte 0),
+      V(resumed) (continued an existing C(.part)); in check mode
+      V(would_download), V(would_resume) or V(mismatch).
+  returned: always
+  type: str
+  sample: resumed
+path:
+  description: The destination path.
+  returned: always
+  type: str
+  sample: /var/lib/dankfleet/models/frank-medium/model-Q8_0.gguf
+declared_size:
+  description: The declared size in bytes.
+  returned: always
+  type: int
+  sample: 31457990112
+size:
+  description: On-disk size of O(dest) after the run (with owner, group, mode, uid, gid, state, as Ansible adds for a path).
+  returned: when dest exists
+  type: int
+  sample: 31457990112
+declared_sha256:
+  description: The declared sha256, normalised to lower case.
+  returned: always
+  type: str
+  sample: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
+bytes_downloaded:
+  description: Body bytes received over the network in this run (including bytes discarded by a restart).
+  returned: always
+  type: int
+  sample: 1048576
+bytes_hashed:
+  description:
+    - Bytes fed to sha256 in this run; 0 when a stamp vouched for the file,
+      the size for a full verify, the C(.part) prefix plus the new bytes for a resume.
+  returned: always
+  type: int
+  sample: 0
+resumed_from:
+  description:
+    - Byte offset of the existing C(.part) this run continued from (0 for a fresh
+      download or when the server forced a restart); in check mode, where it would resume.
+  returned: always
+  type: int
+  sample: 524288
+rate_bytes_per_s:
+  description: Average transfer rate of this run's downloading, bytes per second.
+  returned: always
+  type: int
+  sample: 104857600
+elapsed_s:
+  description: Seconds from the first request to the end of the download.
+  returned: always
+  type: float
+  sample: 12.5
+attempts:
+  description: HTTP attempts made (1 when nothing failed; 0 when nothing was downloaded).
+  returned: always
+  type: int
+  sample: 1
+resumes:
+  description: Attempts that continued with a Range request after a failure within this run.
+  returned: always
+  type: int
+  sample: 0
+restarts:
+  description: Times the C(.part) was restarted from byte 0 because the server ignored Range.
+  returned: always
+  type: int
+  sample: 0
+would_download_bytes:
+  description: In check mode, the bytes a real run would download.
+  returned: always
+  type: int
+  sample: 0
+verified_by:
+  description: V(stamp) or V(sha256), how a present file was verified.
+  returned: when status is verified
+  type: str
+  sample: stamp
+stamp:
+  description: The stamp beside the verified file (size, mtime_ns, inode, sha256, verified_at, source).
+  returned: when the file is verified or was promoted
+  type: dict
+  sample: {"size": 1048576, "mtime_ns": 1764410000000000000, "inode": 1234, "sha256": "2c26...e7ae"}
+mismatch:
+  description: What was wrong with the present file (reason, found_size, found_sha256).
+  returned: when a present file did not match
+  type: dict
+  sample: {"reason": "size mismatch: expected 1455376576 bytes, found 1359284737", "found_size": 1359284737, "found_sha256": null}
+trashed:
+  description: Files moved to the trash in this run, each with its note path and the reason.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf",
+            "note": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf.note",
+            "reason": "sha256 mismatch: ...", "from": "/var/lib/dankfleet/models/m/x.gguf"}]
+disk:
+  description: The free-disk preflight (free_bytes, needed_bytes, to_download_bytes, margin_bytes, path).
+  returned: when a download was considered
+  type: dict
+  sample: {"free_bytes": 80000000000, "needed_bytes": 2147483648, "to_download_bytes": 1073741824,
+           "margin_bytes": 1073741824, "path": /var/lib/dankfleet/models/m}
+progress_log:
+  description: The progress log path, if any.
+  returned: always
+  type: str
+  sample: /var/log/dankfleet/gguf_fetch.log
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, fetch
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            dest=dict(type="path", required=True),
+            size=dict(type="int", required=True),
+            sha256=dict(type="str", required=True),
+            token=dict(type="str", no_log=True),
+            verify=dict(type="str", default="stamp", choices=["stamp", "full"]),
+            retries=dict(type="int", default=5),
+            retry_delay=dict(type="float", default=2.0),
+            timeout=dict(type="float", default=30.0),
+            trash_dir=dict(type="path"),
+            progress_log=dict(type="path"),
+            progress_interval=dict(type="float", default=10.0),
+            disk_margin_bytes=dict(type="int", default=1073741824),
+            validate_certs=dict(type="bool", default=True),
+            fsync=dict(type="bool", default=True),
+        ),
+        add_file_common_args=True,
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        result = fetch(
+            p["url"], p["dest"], p["size"], p["sha256"],
+            token=p["token"], verify=p["verify"], retries=p["retries"],
+            retry_delay=p["retry_delay"], timeout=p["timeout"], trash_dir=p["trash_dir"],
+            progress_log=p["progress_log"], progress_interval=p["progress_interval"],
+            disk_margin_bytes=p["disk_margin_bytes"], validate_certs=p["validate_certs"],
+            fsync=p["fsync"], check_mode=module.check_mode,
+        )
+    except FetchError as e:
+        module.fail_json(msg=e.msg, **e.result)
+
+    # Ownership and mode of the verified file; chmod/chown leave mtime alone, so the stamp stays valid.
+    if os.path.exists(result["path"]):
+        file_args = module.load_file_common_arguments(p, path=result["path"])
+        result["changed"] = module.set_fs_attributes_if_different(file_args, result["changed"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: trash_files
+short_description: Move files into a dated trash directory with a MANIFEST, or put them back byte-identical
+version_added: 0.1.0
+description:
+  - With O(state=trashed), moves every file in O(paths), plus each unit of O(units) - its unit file in the
+    unit configuration directory, the files of its drop-in directory and every C(.wants/), C(.requires/)
+    and C(.upholds/) link to it - into O(trash_dir), below its original absolute path.
+  - Symlinks move as symlinks, so a unit file that is a link into a repository stays a link. Nothing is
+    deleted; a move across filesystems copies, checks the copy's sha256 and only then unlinks the original.
+  - Writes C(MANIFEST) in O(trash_dir) - tab-separated original path, owner, group, mode, sha256 or link
+    target of every file, and the state each unit had before (as passed in O(units)).
+  - With O(state=restored), moves every file of the MANIFEST back to its original path, checks owner, group,
+    mode and sha256 (or link target) against the MANIFEST, and renames the MANIFEST to
+    C(MANIFEST.restored-<UTC time>).
+  - Idempotent both ways; in check mode it reports the moves it would make and changes nothing.
+  - Stops no unit and reloads no manager; the role C(dankfleet.llm.runtime_retire) does that around it.
+author:
+  - dankfleet engineers (@dankfleet)
+options:
+  trash_dir:
+    description:
+      - The trash directory of one retire, for example C(/home/dank/.AGENTTRASH/20260916-vllm-radiance-retire).
+    type: path
+    required: true
+  state:
+    description:
+      - C(trashed) moves the files into O(trash_dir); C(restored) moves them back from its MANIFEST.
+    type: str
+    choices: [trashed, restored]
+    default: trashed
+  paths:
+    description:
+      - Files, symlinks or directories (every file below it) to retire. Absent paths that already sit in
+        the trash count as retired; absent paths found nowhere are reported in RV(missing).
+    type: list
+    elements: path
+    default: []
+  units:
+    description:
+      - Units whose files to retire and whose state before to record. Only O(state=trashed) reads this.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      unit:
+        description: Unit name, for example C(vllm-radiance-proxy.service).
+        type: str
+        required: true
+      scope:
+        description: C(system) reads C(/etc/systemd/system); C(user) reads C(~user/.config/systemd/user).
+        type: str
+        choices: [system, user]
+        default: system
+      user:
+        description: Owner of a user-scope unit.
+        type: str
+      active_state:
+        description: C(ActiveState) before the retire, as C(systemctl show) reported it.
+        type: str
+      unit_file_state:
+        description: C(UnitFileState) before the retire.
+        type: str
+      sub_state:
+        description: C(SubState) before the retire.
+        type: str
+  comments:
+    description: Lines written as comments at the top of a new MANIFEST (what was retired, by whom, why).
+    type: list
+    elements: str
+    default: []
+notes:
+  - Paths containing a tab or newline are refused, because the MANIFEST could not record them.
+seealso:
+  - module: ansible.builtin.systemd_service
+'''
+
+EXAMPLES = r'''
+- name: Retire the vLLM proxy unit and its helper script
+  dankfleet.llm.trash_files:
+    trash_dir: /home/dank/.AGENTTRASH/20260916-vllm-radiance-retire
+    paths:
+      - /home/dank/.config/containers/systemd/vllm-radiance.container
+      - /opt/vllm-radiance/proxy.py
+    units:
+      - unit: vllm-radiance-proxy.service
+        scope: system
+        active_state: active
+        unit_file_state: enabled
+        sub_state: running
+
+- name: Put it all back
+  dankfleet.llm.trash_files:
+    trash_dir: /home/dank/.AGENTTRASH/20260916-vllm-radiance-retire
+    state: restored
+'''
+
+RETURN = r'''
+trash_dir:
+  description: The trash directory.
+  returned: always
+  type: str
+manifest:
+  description: Path of the MANIFEST (after a restore, its C(MANIFEST.restored-*) name).
+  returned: always
+  type: str
+moves:
+  description: Every move made (or, in check mode, that would be made).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    src:
+      description: Where the file was.
+      type: str
+    dest:
+      description: Where it went.
+      type: str
+    kind:
+      description: C(file) or C(link).
+      type: str
+    sha256:
+      description: sha256 of a file, C(-) for a link.
+      type: str
+    link_target:
+      description: Target of a link, C(-) for a file.
+      type: str
+already_retired:
+  description: Paths absent from their original place that already sit in the trash (O(state=trashed)).
+  returned: when state is trashed
+  type: list
+  elements: dict
+missing:
+  description: Paths found neither at their original place nor in the trash (O(state=trashed)).
+  returned: when state is trashed
+  type: list
+  elements: str
+in_place:
+  description: MANIFEST paths already back and identical (O(state=restored)).
+  returned: when state is restored
+  type: list
+  elements: str
+already_restored:
+  description: True when the MANIFEST had been restored before (only C(MANIFEST.restored-*) is left).
+  returned: when state is restored
+  type: bool
+units:
+  description: The unit rows of the MANIFEST, with the state each unit had before it was retired.
+  returned: when state is restored
+  type: list
+  elements: dict
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import (
+    TrashError, restore, retire, unit_paths)
+
+
+ARGUMENT_SPEC = dict(
+    trash_dir=dict(type='path', required=True),
+    state=dict(type='str', choices=['trashed', 'restored'], default='trashed'),
+    paths=dict(type='list', elements='path', default=[]),
+    units=dict(type='list', elements='dict', default=[], options=dict(
+        unit=dict(type='str', required=True),
+        scope=dict(type='str', choices=['system', 'user'], default='system'),
+        user=dict(type='str'),
+        active_state=dict(type='str'),
+        unit_file_state=dict(type='str'),
+        sub_state=dict(type='str'),
+    )),
+    comments=dict(type='list', elements='str', default=[]),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    try:
+        if params['state'] == 'restored':
+            result = restore(params['trash_dir'], check_mode=module.check_mode)
+        else:
+            paths = list(params['paths'])
+            for unit in params['units']:
+                if unit['scope'] == 'user' and not unit['user']:
+                    module.fail_json(msg='unit %s has scope user but no user: name its owner' % unit['unit'])
+                paths.extend(unit_paths(unit['unit'], unit['scope'], unit['user']))
+            result = retire(params['trash_dir'], paths, units=params['units'],
+                            check_mode=module.check_mode, comments=params['comments'])
+    except TrashError as exc:
+        module.fail_json(msg=str(exc))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='%s: %s' % (getattr(exc, 'filename', None) or params['trash_dir'], exc))
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

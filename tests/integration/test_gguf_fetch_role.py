@@ -1,0 +1,102 @@
+"""The gguf_fetch role's preflight, run by ansible-playbook on localhost.
+
+A bad manifest must fail before anything changes (no directory, no request)
+and the message must name the entry and the fix. The happy path on a real
+systemd host is molecule/gguf_fetch; here the role runs against a local
+range_http_server once to prove gguf_fetch_paths.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "lab"))
+
+import range_http_server  # noqa: E402
+
+SHA = "0" * 64
+DATA = b"GGUF" + bytes(range(256)) * 64
+
+
+def entry(**kw):
+    e = {"name": "m", "role": "target", "repo": "lab/gen_models", "revision": "r1", "file": "m.gguf",
+         "url": "http://127.0.0.1:9/m.gguf", "size": 1024, "sha256": SHA}
+    e.update(kw)
+    return {k: v for k, v in e.items() if v is not None}
+
+
+def play(tmp_path, manifest, check=False):
+    models = tmp_path / "models"
+    extra = {"gguf_fetch_manifest": manifest, "gguf_fetch_models_dir": str(models),
+             "gguf_fetch_progress_log": str(tmp_path / "log" / "fetch.log"),
+             "gguf_fetch_disk_margin_bytes": 0, "gguf_fetch_retry_delay": 0.05,
+             "ansible_python_interpreter": sys.executable}
+    pb = tmp_path / "pb.yml"
+    pb.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  roles: [gguf_fetch]\n"
+        "  post_tasks:\n    - ansible.builtin.copy:\n        content: '{{ gguf_fetch_paths | to_json }}'\n"
+        "        dest: %s\n        mode: '0644'\n      check_mode: false\n" % (tmp_path / "paths.json"))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, "collections"),
+               ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+               ANSIBLE_NOCOLOR="1")
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+           "-e", json.dumps(extra), str(pb)]
+    if check:
+        cmd.append("--check")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    return p.returncode, p.stdout + p.stderr, models
+
+
+@pytest.mark.parametrize("manifest,needles", [
+    ([entry(sha256=None)], ["m/m.gguf", "sha256 (missing)", "LFS oid"]),
+    # Type and choice errors are caught first by meta/argument_specs.yml, also before anything runs.
+    ([entry(size="1.4GB")], ["argument 'size'", "'1.4GB'", "cannot be converted to an int"]),
+    ([entry(size=0)], ["size 0", "integer > 0"]),
+    ([entry(sha256="sha256:abc")], ["sha256 sha256:abc", "64 hex digits"]),
+    ([entry(role="vision")], ["vision", "target, drafter, mmproj"]),
+    ([entry(file="../etc/passwd")], ["one path component"]),
+    ([entry(), entry(name="n", file="n.gguf")], ["exactly one target"]),
+    ([entry(role="drafter")], ["exactly one target"]),
+    ([], ["gguf_fetch_manifest is empty"]),
+])
+def test_bad_manifest_fails_before_anything_changes(tmp_path, manifest, needles):
+    rc, out, models = play(tmp_path, manifest)
+    assert rc != 0
+    for n in needles:
+        assert n in out, out[-3000:]
+    assert not models.exists() and not (tmp_path / "log").exists()
+
+
+def test_role_fetches_and_publishes_paths(tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "t.gguf").write_bytes(DATA)
+    (root / "d.gguf").write_bytes(DATA[::-1])
+    server, port = range_http_server.serve(str(root))
+    try:
+        base = "http://127.0.0.1:%d" % port
+        manifest = [
+            entry(name="tgt", file="t.gguf", url=base + "/t.gguf", size=len(DATA),
+                  sha256=hashlib.sha256(DATA).hexdigest()),
+            entry(name="drf", role="drafter", file="d.gguf", url=base + "/d.gguf", size=len(DATA),
+                  sha256=hashlib.sha256(DATA[::-1]).hexdigest(), dest_dir=str(tmp_path / "elsewhere")),
+        ]
+        rc, out, models = play(tmp_path, manifest, check=True)
+        assert rc == 0, out[-3000:]
+        assert "would_download" in out and not (models / "tgt" / "t.gguf").exists()
+        assert len(server.requests) == 0
+        rc, out, models = play(tmp_path, manifest)
+        assert rc == 0, out[-3000:]
+        assert "tail -f %s" % (tmp_path / "log" / "fetch.log") in out
+        paths = json.loads((tmp_path / "paths.json").read_text())
+        assert paths == {"target": str(models / "tgt" / "t.gguf"), "drafter": str(tmp_path / "elsewhere" / "d.gguf")}
+        assert (models / "tgt" / "t.gguf").read_bytes() == DATA
+        assert (tmp_path / "elsewhere" / "d.gguf").read_bytes() == DATA[::-1]
+    finally:
+        server.close()

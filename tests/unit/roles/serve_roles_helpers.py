@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+"""Render the llama_server role's templates as Ansible would, for the unit tests of both roles."""
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import os
+
+import yaml
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+ROLES = os.path.join(REPO, 'roles')
+
+
+def role_file(role, *parts):
+    return os.path.join(ROLES, role, *parts)
+
+
+def load_yaml(path):
+    with open(path) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def _trust(value):
+    from ansible.template import trust_as_template
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return dict((k, _trust(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_trust(v) for v in value]
+    return value
+
+
+def render(role, template, overrides=None):
+    """Render roles/<role>/templates/<template> with the role's defaults and vars plus overrides."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    variables = {}
+    variables.update(_trust(load_yaml(role_file(role, 'defaults', 'main.yml'))))
+    variables.update(_trust(load_yaml(role_file(role, 'vars', 'main.yml'))))
+    variables.update(overrides or {})
+    with open(role_file(role, 'templates', template)) as handle:
+        source = handle.read()
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(_trust(source))
