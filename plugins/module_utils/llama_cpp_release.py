@@ -276,7 +276,7 @@ def build_env(base_path, home, backend, toolchain_root=None, clang=None, cuda_ho
         # the same relative layout hits the same cache entries.
         env.update({'CCACHE_DIR': ccache_dir, 'CCACHE_BASEDIR': ccache_basedir or '',
                     'CCACHE_NOHASHDIR': '1', 'CCACHE_COMPILERCHECK': 'content',
-                    'CCACHE_TEMPDIR': os.path.join(ccache_basedir or home, 'ccache-tmp')})
+                    'CCACHE_TEMPDIR': os.path.join(ccache_basedir or home, '.ccache-tmp')})
     for key, value in (extra or {}).items():
         if key == 'LD_LIBRARY_PATH':
             raise ReleaseError("llama_cpp_build_env sets LD_LIBRARY_PATH: the build must not depend on "
@@ -343,9 +343,14 @@ def plan(params, stat_release=None):
     release_dir = os.path.join(prefix, 'releases', name)
     current = os.path.join(prefix, 'current')
     staging_dir = os.path.join(prefix, '.staging', name)
-    work_dir = os.path.join(params['scratch_dir'], name)
+    # <scratch>/src-<ref> beside <scratch>/build-<name>, CCACHE_BASEDIR=<scratch>: the
+    # shared test build's layout (../src-b11434 from its build dir), so the compile
+    # lines ccache hashes are the same. llama.cpp compiles libllama as a CMake unity
+    # build whose generated sources #include ABSOLUTE paths, so those few objects hit
+    # only when the source dir's absolute path is the same too.
+    work_dir = params['scratch_dir']
     src_dir = os.path.join(work_dir, 'src-%s' % src_id)
-    build_dir = os.path.join(work_dir, 'build')
+    build_dir = os.path.join(work_dir, 'build-%s' % name)
     toolchain_root = os.path.join(prefix, 'toolchains', toolchain_sha[:16]) if toolchain_sha else ''
     clang = os.path.join(toolchain_root, params.get('toolchain_clang') or 'lib/llvm/bin/clang') \
         if toolchain_sha else ''
@@ -404,8 +409,9 @@ def plan(params, stat_release=None):
         'work_dir': work_dir,
         'src_dir': src_dir,
         'build_dir': build_dir,
-        'log': os.path.join(work_dir, 'build.log'),
+        'log': os.path.join(work_dir, 'build-%s.log' % name),
         'toolchain_root': toolchain_root,
+        'toolchain_ready': bool(toolchain_sha) and toolchain_ready(toolchain_root, toolchain_sha),
         'clang': clang,
         'gfx_targets': gfx_targets,
         'cmake_flags': flags,

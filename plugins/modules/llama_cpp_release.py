@@ -369,7 +369,7 @@ SPEC_OPTIONS = dict(
 
 def summary(plan):
     keys = ('name', 'hash', 'release_dir', 'staging_dir', 'current', 'current_target', 'link_target', 'up_to_date',
-            'current_ok', 'message', 'ref', 'work_dir', 'src_dir', 'build_dir', 'log', 'toolchain_root', 'clang',
+            'current_ok', 'message', 'ref', 'work_dir', 'src_dir', 'build_dir', 'log', 'toolchain_root', 'toolchain_ready', 'clang',
             'gfx_targets', 'cmake_flags', 'targets', 'jobs', 'env', 'configure_argv', 'build_argv', 'inputs',
             'stamp', 'ccache', 'build_number', 'missing_tools')
     return dict((k, plan.get(k)) for k in keys)
@@ -430,8 +430,11 @@ def do_install(spec, plan, outputs):
             os.rmdir(os.path.dirname(staging))
         except OSError:
             pass
-    if not spec['keep_scratch'] and os.path.isdir(plan['work_dir']):
-        shutil.rmtree(plan['work_dir'], ignore_errors=True)
+    if not spec['keep_scratch']:
+        for path in (plan['build_dir'], plan['src_dir']):
+            shutil.rmtree(path, ignore_errors=True)
+        if os.path.isfile(plan['log']):
+            os.remove(plan['log'])
     return result, checked
 
 

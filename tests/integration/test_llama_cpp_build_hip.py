@@ -11,12 +11,16 @@ rename, `current`, verification, check mode, and every bad input.
 The playbook is launched with LD_LIBRARY_PATH, ROCM_PATH and a PATH pointing at
 /opt/rocm, so the scrubbing is tested against a hostile invoking shell.
 """
+import functools
+import http.server
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -148,7 +152,7 @@ def releases(prefix):
 
 def cmake_calls(prefix):
     calls = []
-    for log in Path(str(prefix) + "-scratch").glob("*/build/cmake-calls.jsonl"):
+    for log in Path(str(prefix) + "-scratch").glob("build-*/cmake-calls.jsonl"):
         calls += [json.loads(line) for line in log.read_text().splitlines()]
     return calls
 
@@ -289,8 +293,9 @@ def test_gfx_target_not_on_this_host(lab, built, tmp_path):
 
 def test_missing_toolchain(lab, built, tmp_path):
     prefix = copy_of(built, tmp_path)
+    # another toolchain than the one already unpacked, and its tarball is not there
     run = play(lab, prefix, llama_cpp_build_toolchain_src=str(tmp_path / "rocm-7.14.tar.gz"),
-               llama_cpp_build_cmake_extra_flags={"X": "1"})
+               llama_cpp_build_toolchain_sha256="2" * 64)
     assert run.rc != 0
     assert "the private ROCm toolchain %s is missing on the host" % (tmp_path / "rocm-7.14.tar.gz") in \
         run.text, run
@@ -368,3 +373,41 @@ def test_a_branch_name_is_refused_before_anything(lab, tmp_path):
     run = play(lab, prefix, **git_vars(lab, "master"))
     assert run.rc != 0 and "llama_cpp_build_git_ref 'master' is not a commit" in run.text, run
     assert not prefix.exists()
+
+
+# --------------------------------------------------------------------------- URL sources
+
+@pytest.fixture
+def http_root(lab):
+    """lab's files over HTTP on 127.0.0.1 (the integration tests' port range)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(lab["root"]))
+    for port in range(18040, 18100):
+        try:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+            break
+        except OSError:
+            continue
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_url_sources_fetched_by_size_and_sha256(lab, http_root, tmp_path):
+    prefix = tmp_path / "opt-llama"
+    root = lab["root"]
+    urls = dict(llama_cpp_build_archive_src=http_root + "/src.tar.gz",
+                llama_cpp_build_archive_size=(root / "src.tar.gz").stat().st_size,
+                llama_cpp_build_toolchain_src=http_root + "/toolchain.tar.gz",
+                llama_cpp_build_toolchain_size=(root / "toolchain.tar.gz").stat().st_size)
+    run = play(lab, prefix, **urls)
+    assert run.rc == 0, run
+    assert (Path(str(prefix) + "-scratch") / "downloads/src.tar.gz").is_file()
+    assert (prefix / "toolchains" / (lab["tc_sha"][:16] + ".tar")).is_file()
+    assert len(releases(prefix)) == 1
+    missing = dict(urls, llama_cpp_build_archive_size=0)
+    fresh = tmp_path / "other"
+    run = play(lab, fresh, **missing)
+    assert run.rc != 0 and "declare its size in bytes in llama_cpp_build_archive_size" in run.text, run
+    assert not fresh.exists()
