@@ -54,7 +54,7 @@ models: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-integration: venv llama-server models
+integration: venv llama-server models lab-image
 	$(BIN)/pytest -q tests/integration
 
 molecule: venv lab-image llama-server models

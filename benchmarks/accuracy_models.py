@@ -38,6 +38,12 @@ MODELS = {
     # geometry variants: they separate the compute law's n_embd and n_ff terms
     "dense_ff8k": ("dense-llama", {"tensor_type": "q8_0", "n_ff": 8192}),
     "dense_e2k": ("dense-llama", {"tensor_type": "q8_0", "n_embd": 2048, "n_head": 32}),
+    # GiB-scale (issue 9, the CUDA matrix on an H200): buffers of GiBs, weights of a few GiB each
+    "dense_g": ("dense-llama", {"tensor_type": "q8_0", "n_layer": 28, "n_embd": 3072, "n_ff": 8192, "n_head": 24,
+                                "n_head_kv": 8, "head_dim": 128}),
+    "hybrid_mtp_g": ("qwen35-mtp", {"tensor_type": "q8_0", "n_layer": 24, "n_embd": 2560, "n_ff": 9216,
+                                    "n_head": 16, "n_head_kv": 4, "head_dim": 256, "ssm_d_state": 128,
+                                    "ssm_n_group": 16, "ssm_dt_rank": 32}),
 }
 
 # token arrays are recorded by length: they are large and no sizing law reads their contents

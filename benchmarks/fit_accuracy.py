@@ -19,6 +19,12 @@ only device and the planner's single device is compared with it.
 
     python benchmarks/fit_accuracy.py            # the whole table
     python benchmarks/fit_accuracy.py --failures # only rows outside their bound
+    python benchmarks/fit_accuracy.py --set cuda-h200          # the H200 measurements (issue 9)
+    python benchmarks/fit_accuracy.py --set cuda-h200 --smi    # ... against nvidia-smi, per process
+
+For the CUDA fixtures the devices are CUDA0 (the GPU of the llama-server process) and RPC0 (a
+ggml-rpc-server with the CUDA backend on the same GPU); ``host`` is the llama-server process's
+host memory (CUDA_Host pinned buffers, CPU_Mapped weights).
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ from gguf_facts import gguf_facts  # noqa: E402
 
 MIB = 1024 * 1024
 FIXTURES = REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cpu"
+SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200"}
 EXACT = ("weights", "kv", "recurrent")
 EXACT_BYTES = 1 * MIB
 COMPUTE_REL, COMPUTE_ABS = 0.10, 32 * MIB
 TOTAL_REL, TOTAL_ABS = 0.01, 64 * MIB
+H200_BYTES = 143771 * MIB          # nvidia-smi memory.total of the issue 9 device
 
 
 def load_fixtures(root=FIXTURES):
@@ -71,15 +79,23 @@ class Facts:
 def planner_inputs(fx):
     """(gpus, serve) for fit_plan.plan from a fixture's configuration."""
     c = fx["config"]
+    n = c.get("n_devices", 2)
     if c["devices"] == "rpc":
-        n = c.get("n_devices", 2)
         gpus = [{"name": f"RPC{i}", "vram_total_bytes": 64 << 30} for i in range(n)]
+        ts = c.get("tensor_split") or [1] * n
+    elif c["devices"] == "cuda":
+        gpus = [{"name": "CUDA0", "vram_total_bytes": H200_BYTES}]
+        ts = [1]
+    elif c["devices"] == "cuda+rpc":
+        # the second device is a ggml-rpc-server with the CUDA backend on the same H200
+        gpus = [{"name": "CUDA0", "vram_total_bytes": H200_BYTES}] + [
+            {"name": f"RPC{i}", "vram_total_bytes": H200_BYTES} for i in range(n - 1)]
         ts = c.get("tensor_split") or [1] * n
     else:
         gpus = [{"name": "CPU", "vram_total_bytes": 64 << 30}]
         ts = [1]
     serve = {
-        "backend": "cpu", "ctx_size": c["ctx"], "parallel": c["parallel"], "batch_size": c["batch"],
+        "backend": c.get("backend", "cpu"), "ctx_size": c["ctx"], "parallel": c["parallel"], "batch_size": c["batch"],
         "ubatch_size": c["ubatch"], "cache_type_k": c["cache_type_k"], "cache_type_v": c["cache_type_v"],
         "flash_attn": c["flash_attn"], "tensor_split": ts, "spec_type": c.get("spec_type") or [],
     }
@@ -195,17 +211,87 @@ def all_rows(root=FIXTURES):
     return rows
 
 
+def smi_rows(fx, facts):
+    """The planner's device totals *with* its runtime overhead against nvidia-smi (CUDA fixtures).
+
+    Each device is one process on the GPU: CUDA0 the llama-server, RPCn its ggml-rpc-server. Per device:
+    llama.cpp's own buffers (the breakdown's figures, measured.devices total), nvidia-smi's memory of that
+    process after the load and after the first request, what nvidia-smi shows beyond llama.cpp's buffers
+    (the CUDA context, cuBLAS and the memory pool: ``unaccounted``), and the planner's total + overhead.
+    Empty for fixtures without nvidia-smi samples.
+    """
+    smi = fx.get("nvidia_smi") or {}
+    if not smi.get("after_request"):
+        return []
+    _, r = predicted(fx, facts)
+    plan = dict((d["name"], d) for d in r["devices"])
+    pids = {"CUDA0": fx["pids"]["server"]}
+    for i, pid in enumerate(fx["pids"].get("rpc") or []):
+        pids["RPC%d" % i] = pid
+    rows = []
+    for dev, pid in sorted(pids.items()):
+        meas = fx["measured"]["devices"].get(dev, {}).get("total", 0)
+        load = smi["after_load"]["apps"].get(str(pid))
+        req = smi["after_request"]["apps"].get(str(pid))
+        if load is None or req is None or dev not in plan:
+            continue
+        pred = plan[dev]["total_bytes"] - plan[dev].get("mmproj_bytes", 0)
+        b, ok = check("total", pred, req * MIB)
+        rows.append({"config": fx["id"], "device": dev, "llama_bytes": meas, "smi_load_bytes": load * MIB,
+                     "smi_request_bytes": req * MIB, "unaccounted_load_bytes": load * MIB - meas,
+                     "unaccounted_request_bytes": req * MIB - meas, "predicted": pred,
+                     "overhead": plan[dev]["overhead_bytes"], "error": pred - req * MIB, "bound": b, "ok": ok})
+    return rows
+
+
+def all_smi_rows(root=FIXTURES):
+    fixtures, models = load_fixtures(root)
+    with tempfile.TemporaryDirectory(prefix="fit-accuracy-") as tmp:
+        facts = Facts(models, tmp)
+        return [r for fx in fixtures for r in smi_rows(fx, facts)]
+
+
+def print_smi(show, rows):
+    w = max([len(r["config"]) for r in show] + [6])
+    print("%-*s %-6s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
+        w, "config", "device", "llama MiB", "smi load", "smi req", "unacc ld", "unacc rq", "pred MiB", "err MiB",
+        "bound", "ok"))
+    for r in show:
+        print("%-*s %-6s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
+            w, r["config"], r["device"], _mib(r["llama_bytes"]), _mib(r["smi_load_bytes"]),
+            _mib(r["smi_request_bytes"]), _mib(r["unaccounted_load_bytes"]), _mib(r["unaccounted_request_bytes"]),
+            _mib(r["predicted"]), _mib(r["error"]), _mib(r["bound"]), "ok" if r["ok"] else "FAIL"))
+    if rows:
+        ul = [r["unaccounted_load_bytes"] / MIB for r in rows]
+        ur = [r["unaccounted_request_bytes"] / MIB for r in rows]
+        print("\n%d processes; nvidia-smi beyond llama.cpp's buffers: after load %.1f..%.1f MiB, after the first "
+              "request %.1f..%.1f MiB; planner vs nvidia-smi after the request: worst %+.1f MiB, %d outside the "
+              "total bound" % (len(rows), min(ul), max(ul), min(ur), max(ur),
+                               max((r["error"] for r in rows), key=abs) / MIB, sum(1 for r in rows if not r["ok"])))
+
+
 def _mib(b):
     return "%.2f" % (b / MIB)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fixtures", default=str(FIXTURES))
+    p.add_argument("--fixtures", default=None, help="a fixture dir (default: the --set's)")
+    p.add_argument("--set", default="cpu", choices=sorted(SETS), help="cpu (issue 3) or cuda-h200 (issue 9)")
+    p.add_argument("--smi", action="store_true", help="the nvidia-smi table (CUDA fixtures): planner + overhead "
+                   "against each process's GPU memory, and the memory beyond llama.cpp's buffers")
     p.add_argument("--failures", action="store_true", help="only rows outside their bound")
     p.add_argument("--json", action="store_true", help="rows as JSON")
     args = p.parse_args(argv)
-    rows = all_rows(args.fixtures)
+    fixtures = args.fixtures or str(SETS[args.set])
+    if args.smi:
+        rows = all_smi_rows(fixtures)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        print_smi([r for r in rows if not r["ok"]] if args.failures else rows, rows)
+        return 1 if any(not r["ok"] for r in rows) else 0
+    rows = all_rows(fixtures)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

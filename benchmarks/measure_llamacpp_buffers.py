@@ -21,8 +21,17 @@ Buffers of the draft/MTP context (a second llama_context) are kept apart from
 the target's. ``llama-fit-params -fitp on`` adds llama.cpp's own projection
 (MiB, truncated) for the same arguments.
 
+CUDA (``--set cuda-h200``, issue 9): the target is a GPU (``devices: cuda`` = ``--device CUDA0``)
+or a layer split over the GPU and one ``ggml-rpc-server`` with the CUDA backend on the same GPU
+(``devices: cuda+rpc`` = ``--rpc ep --device CUDA0,RPC0 -ts a,b``). Each load then also sends one
+first request (a full ubatch of prompt and a few generated tokens) and samples ``nvidia-smi``
+before the load, after it and after that request (whole GPU and per process), so the memory the
+CUDA runtime takes beyond llama.cpp's own buffers is on record beside them.
+
     python benchmarks/measure_llamacpp_buffers.py --config '{"model": "/p/m.gguf", "ctx": 8192}'
     python benchmarks/measure_llamacpp_buffers.py --matrix --out tests/fixtures/llamacpp/b11434-cpu
+    python benchmarks/measure_llamacpp_buffers.py --set cuda-h200 --matrix --models-dir DIR \
+        --bindir RELEASE/bin --out tests/fixtures/llamacpp/b11434-cuda-h200
 """
 
 from __future__ import annotations
@@ -38,7 +47,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -59,6 +71,8 @@ DEFAULTS = {
     "spec_type": [], "spec_draft_n_max": None, "drafter": None,
     "devices": "local", "n_devices": 2, "tensor_split": None,
 }
+DEVICE_MODES = ("local", "rpc", "cuda", "cuda+rpc")
+GPU = "CUDA0"           # the local GPU of the cuda modes (llama.cpp's device name)
 
 
 # ---------------------------------------------------------------------------
@@ -96,8 +110,9 @@ def wait_port(port, proc, timeout):
 
 
 @contextlib.contextmanager
-def rpc_servers(n, bindir=None, log_dir=None):
-    """n ggml-rpc-server processes (one CPU device each); yields their endpoints."""
+def rpc_servers(n, bindir=None, log_dir=None, device=None, pids=None):
+    """n ggml-rpc-server processes (one device each: the CPU in a CPU build, ``device`` or the first
+    GPU in a GPU build); yields their endpoints. ``pids``, a list, receives their process ids."""
     bindir = Path(bindir or PREFIX / "bin")
     ports = free_ports(n)
     procs = []
@@ -105,8 +120,11 @@ def rpc_servers(n, bindir=None, log_dir=None):
         for p in ports:
             log = open(Path(log_dir) / f"rpc-{p}.log", "wb") if log_dir else subprocess.DEVNULL
             procs.append(subprocess.Popen(
-                [str(bindir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(p), "-t", "1"],
+                [str(bindir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(p), "-t", "1"]
+                + (["-d", device] if device else []),
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            if pids is not None:
+                pids.append(procs[-1].pid)
         for p, proc in zip(ports, procs):
             if not wait_port(p, proc, 30):
                 raise RuntimeError(f"ggml-rpc-server on 127.0.0.1:{p} did not start (exit {proc.poll()})")
@@ -128,11 +146,14 @@ def common_args(cfg, endpoints, spec=True):
          "-b", str(cfg["batch"]), "-ub", str(cfg["ubatch"]),
          "-ctk", cfg["cache_type_k"], "-ctv", cfg["cache_type_v"], "-fa", cfg["flash_attn"],
          "-t", "1", "-tb", "1"]
-    if cfg["devices"] == "rpc":
-        a += ["--rpc", ",".join(endpoints), "--device", ",".join(f"RPC{i}" for i in range(len(endpoints))),
+    if cfg["devices"] in ("rpc", "cuda+rpc"):
+        rpc = [f"RPC{i}" for i in range(len(endpoints))]
+        a += ["--rpc", ",".join(endpoints), "--device", ",".join(([GPU] if cfg["devices"] == "cuda+rpc" else []) + rpc),
               "-ngl", "999"]
         if cfg.get("tensor_split"):
             a += ["-ts", ",".join(str(x) for x in cfg["tensor_split"])]
+    elif cfg["devices"] == "cuda":
+        a += ["--device", GPU, "-ngl", "999"]
     else:
         a += ["--device", "none"]
     if spec and cfg["spec_type"]:
@@ -141,60 +162,125 @@ def common_args(cfg, endpoints, spec=True):
             a += ["--spec-draft-n-max", str(cfg["spec_draft_n_max"])]
     if spec and cfg.get("drafter"):
         a += ["--spec-draft-model", cfg["drafter"]]
-        if cfg["devices"] == "rpc":
+        if cfg["devices"] != "local":
             a += ["--spec-draft-ngl", "999"]
             if cfg.get("draft_device"):
                 a += ["--spec-draft-device", cfg["draft_device"]]
     return a
 
 
-def run_server(cfg, endpoints, bindir, timeout=180):
-    """Start llama-server, wait until it listens, SIGINT it; return its log lines."""
+def nvidia_smi():
+    """Memory in use per GPU and per process (MiB) as nvidia-smi reports it; None without nvidia-smi."""
+    def query(what):
+        r = subprocess.run(["nvidia-smi", f"--query-{what}", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            return None
+        return [[x.strip() for x in ln.split(",")] for ln in r.stdout.splitlines() if ln.strip()]
+    try:
+        gpus = query("gpu=index,memory.used,memory.total")
+        apps = query("compute-apps=pid,used_memory")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if gpus is None:
+        return None
+    out = {"t": round(time.time(), 3),
+           "gpus": [{"index": int(g[0]), "used_mib": int(g[1]), "total_mib": int(g[2])} for g in gpus if len(g) >= 3],
+           "apps": {}}
+    for a in apps or []:
+        if len(a) >= 2 and a[0].isdigit() and a[1].isdigit():
+            out["apps"][a[0]] = int(a[1])
+    return out
+
+
+def prompt_tokens(n, salt=0):
+    """n token ids from the lab vocabulary's byte tokens (no control tokens), deterministic per salt."""
+    return [40 + (i * 7919 + salt * 104729) % 200 for i in range(n)]
+
+
+def post_json(port, path, body, timeout=300):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def wait_health(port, timeout=60):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                if r.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def first_request(port, cfg):
+    """One completion with a full ubatch of prompt (capped by the slot's context) and 16 generated
+    tokens: what a deployment does first, and what makes the CUDA runtime grow its pools."""
+    n_ctx_seq = cfg["ctx"] // max(1, cfg["parallel"])
+    n = max(16, min(cfg["ubatch"] + 64, n_ctx_seq - 64))
+    body = {"prompt": prompt_tokens(n), "n_predict": 16, "cache_prompt": False, "temperature": 0.0,
+            "top_k": 1, "ignore_eos": True}
+    t0 = time.monotonic()
+    try:
+        r = post_json(port, "/completion", body)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return {"ok": False, "error": str(e), "prompt_n": n}
+    return {"ok": True, "prompt_n": n, "wall_s": round(time.monotonic() - t0, 3), "timings": r.get("timings"),
+            "tokens_predicted": r.get("tokens_predicted")}
+
+
+def run_server(cfg, endpoints, bindir, timeout=180, request=False):
+    """Start llama-server, wait until it listens, (optionally) sample nvidia-smi and send one first
+    request, then SIGINT it; return its log lines (and the samples)."""
     port = free_ports(1, avoid=[int(e.rsplit(":", 1)[1]) for e in endpoints])[0]
     cmd = [str(Path(bindir) / "llama-server")] + common_args(cfg, endpoints) + [
         "--fit", "off", "--no-warmup", "-lv", "5", "--host", "127.0.0.1", "--port", str(port),
         "--cache-ram", "0", "--no-webui"]
+    smi = {"baseline": nvidia_smi()} if request else None
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines = []
-    listening = False
+    idle = threading.Event()
+
+    def reader():
+        # drained on its own thread: a verbose server blocks on a full pipe while a request runs
+        for raw in iter(proc.stdout.readline, b""):
+            s = raw.decode("utf-8", "replace").rstrip("\n")
+            lines.append(s)
+            # SIGINT only once the task loop runs: start_loop() sets running = true and
+            # would swallow a terminate() that came earlier (tools/server/server-queue.cpp)
+            if "all slots are idle" in s:
+                idle.set()
+
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    while not idle.wait(0.2):
+        if proc.poll() is not None or time.monotonic() - t0 > timeout:
+            break
+    listening = idle.is_set()
+    load_s = round(time.monotonic() - t0, 2)
+    req = None
+    if listening and request:
+        smi["after_load"] = nvidia_smi()
+        req = first_request(port, cfg) if wait_health(port) else {"ok": False, "error": "/health never 200"}
+        smi["after_request"] = nvidia_smi()
+    if listening:
+        proc.send_signal(signal.SIGINT)
+    else:
+        proc.kill()
     try:
-        # read the log until the server listens (or dies)
-        import selectors
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        buf = b""
-        while time.monotonic() - t0 < timeout:
-            if not sel.select(0.5):
-                if proc.poll() is not None:
-                    break
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            buf += chunk
-            *done, buf = buf.split(b"\n")
-            for ln in done:
-                s = ln.decode("utf-8", "replace")
-                lines.append(s)
-                # SIGINT only once the task loop runs: start_loop() sets running = true and
-                # would swallow a terminate() that came earlier (tools/server/server-queue.cpp)
-                if "all slots are idle" in s:
-                    listening = True
-            if listening:
-                break
-        if listening:
-            proc.send_signal(signal.SIGINT)
-        else:
-            proc.kill()
-        rest, _ = proc.communicate(timeout=60)
-        lines += (buf + rest).decode("utf-8", "replace").splitlines()
+        proc.wait(60)
     except subprocess.TimeoutExpired:
         proc.kill()
-        rest, _ = proc.communicate()
-        lines += rest.decode("utf-8", "replace").splitlines()
-    return {"cmd": cmd, "rc": proc.returncode, "listening": listening,
-            "seconds": round(time.monotonic() - t0, 2), "lines": lines}
+        proc.wait()
+    th.join(10)
+    return {"cmd": cmd, "rc": proc.returncode, "listening": listening, "pid": proc.pid, "load_s": load_s,
+            "seconds": round(time.monotonic() - t0, 2), "lines": lines, "nvidia_smi": smi, "request": req}
 
 
 def run_fit_params(cfg, endpoints, bindir, timeout=120):
@@ -240,11 +326,13 @@ WANTED = (RE_MODEL, RE_LAYER, RE_KV, RE_KV_SIZE, RE_RS, RE_RS_SIZE, RE_OUT, RE_C
 
 
 def device_of(buft, endpoints=()):
-    """Map a buffer-type name to the device that owns its memory: RPCn or host.
+    """Map a buffer-type name to the device that owns its memory: RPCn, a GPU (CUDA0) or host.
 
     An RPC buffer type is named after the *server's* device index and endpoint
     ("RPC0[127.0.0.1:18601]" is device 0 of the second server); the client-side
     device name (RPC0, RPC1, ... in --rpc order) is found through the endpoint.
+    A GPU's buffer type is the device's own name (CUDA0, ROCm1); its pinned host
+    buffers (CUDA_Host), the mmap'd weights (CPU_Mapped) and CPU are the host's.
     """
     m = re.match(r"RPC(\d+)\[(.+)\]$", buft)
     if m:
@@ -252,6 +340,8 @@ def device_of(buft, endpoints=()):
             return f"RPC{list(endpoints).index(m.group(2))}"
         return f"RPC?[{m.group(2)}]"
     if buft.startswith("RPC"):
+        return buft
+    if re.match(r"(CUDA|ROCm|Vulkan|MUSA|SYCL)\d+$", buft):
         return buft
     return "host"
 
@@ -333,7 +423,7 @@ def parse_log(lines, endpoints=()):
         elif m := RE_BREAKDOWN.search(ln):
             name = m.group(1).split(" (")[0]
             nums = [int(x) for x in re.findall(r"-?\d+", m.group(2))]
-            if name.startswith("RPC") and len(nums) == 7:
+            if len(nums) == 7:      # a device row (RPCn, CUDA0): total = free + self + unaccounted
                 breakdown[name] = dict(zip(("total", "free", "self", "model", "context", "compute", "unaccounted"), nums))
             elif len(nums) == 4:
                 breakdown[name] = dict(zip(("self", "model", "context", "compute"), nums))
@@ -368,23 +458,29 @@ def parse_log(lines, endpoints=()):
 def normalize(cfg):
     c = dict(DEFAULTS)
     c.update(cfg)
-    if c["devices"] not in ("local", "rpc"):
-        raise ValueError(f"devices must be 'local' or 'rpc', got {c['devices']!r}")
-    if c["devices"] == "local" and c.get("tensor_split"):
-        raise ValueError("tensor_split needs devices: rpc")
+    if c["devices"] not in DEVICE_MODES:
+        raise ValueError(f"devices must be one of {', '.join(DEVICE_MODES)}, got {c['devices']!r}")
+    if c["devices"] in ("local", "cuda") and c.get("tensor_split"):
+        raise ValueError("tensor_split needs devices: rpc or cuda+rpc")
     return c
+
+
+def rpc_needed(cfg):
+    """ggml-rpc-server processes a configuration needs: every device of 'rpc', all but the GPU of 'cuda+rpc'."""
+    return {"rpc": cfg["n_devices"], "cuda+rpc": cfg["n_devices"] - 1}.get(cfg["devices"], 0)
 
 
 def measure(cfg, bindir=None, endpoints=None, fit_params=True):
     """Measure one configuration; returns the JSON-able result."""
     cfg = normalize(cfg)
     bindir = Path(bindir or PREFIX / "bin")
-    need = cfg["n_devices"] if cfg["devices"] == "rpc" else 0
+    need = rpc_needed(cfg)
+    rpc_pids = []
     with contextlib.ExitStack() as st:
         if need and len(endpoints or []) < need:
-            endpoints = st.enter_context(rpc_servers(need, bindir))
+            endpoints = st.enter_context(rpc_servers(need, bindir, pids=rpc_pids))
         endpoints = list(endpoints or [])[:need]
-        run = run_server(cfg, endpoints, bindir)
+        run = run_server(cfg, endpoints, bindir, request=bool(cfg.get("request")))
         fit = run_fit_params(cfg, endpoints, bindir) if fit_params else None
     parsed = parse_log(run["lines"], endpoints)
     ok = run["listening"] and run["rc"] == 0 and bool(parsed["devices"])
@@ -399,6 +495,12 @@ def measure(cfg, bindir=None, endpoints=None, fit_params=True):
         "measured": parsed,
         "fit_params_mib": fit["rows"] if fit else None,
     }
+    if cfg.get("request"):
+        # the process ids are what the per-process nvidia-smi figures are keyed by
+        out.update({"load_s": run["load_s"], "pids": {"server": run["pid"], "rpc": rpc_pids},
+                    "nvidia_smi": run["nvidia_smi"], "request": run["request"]})
+        if run["request"] is None or not run["request"].get("ok"):
+            out["ok"] = ok = False
     if not ok:
         out["log_tail"] = run["lines"][-60:]
     return out
@@ -476,9 +578,55 @@ def matrix():
     return out
 
 
-def model_record(name, out_dir):
+# The CUDA matrix (issue 9): GiB-scale models, one H200. Per model a half fraction of 2^4 over
+# (ctx, parallel, ubatch, KV type), each on the GPU alone and split with a ggml-rpc-server (CUDA
+# backend) on the same GPU at -ts 1,1 and 3,1; then the speculative shapes (a draft-simple drafter
+# beside the dense model, draft-mtp on the qwen35 head) alone, pinned and split.
+CUDA_CTX = {"dense_g": (16384, 65536), "hybrid_mtp_g": (65536, 262144)}
+CUDA_PLACES = (("cuda", None), ("ts11", [1, 1]), ("ts31", [3, 1]))
+
+
+def _cuda_cfg(id_, kind, place, **kw):
+    tag, ts = place
+    kw.setdefault("devices", "cuda" if ts is None else "cuda+rpc")
+    if ts is not None:
+        kw["tensor_split"] = ts
+    return _cfg(id_, kind, backend="cuda", request=True, **kw)
+
+
+def matrix_cuda():
+    out = []
+    for kind in ("dense_g", "hybrid_mtp_g"):
+        for ci, pi, ui, ki in itertools.product(range(2), repeat=4):
+            if (ci + pi + ui + ki) % 2:
+                continue
+            kv = ("f16", "q8_0")[ki]
+            ctx, np_, ub = CUDA_CTX[kind][ci], (1, 2)[pi], (512, 2048)[ui]
+            for place in CUDA_PLACES:
+                out.append(_cuda_cfg(f"{kind}-c{ctx}-np{np_}-ub{ub}-{kv}-{place[0]}", kind, place, ctx=ctx,
+                                     parallel=np_, ubatch=ub, cache_type_k=kv, cache_type_v=kv))
+    simple = dict(spec_type=["draft-simple"], spec_draft_n_max=8, drafter_kind="drafter")
+    for ctx, np_, ub, kv, place, dev in ((16384, 1, 512, "f16", CUDA_PLACES[0], None),
+                                         (65536, 2, 2048, "q8_0", CUDA_PLACES[0], None),
+                                         (16384, 2, 512, "f16", CUDA_PLACES[1], "RPC0"),
+                                         (65536, 1, 2048, "f16", CUDA_PLACES[2], None)):
+        tag = place[0] if place[1] is None else ("%s-%s" % ((dev or "split").lower(), place[0]))
+        out.append(_cuda_cfg(f"dense_g-c{ctx}-np{np_}-ub{ub}-{kv}-simple-{tag}", "dense_g", place, ctx=ctx,
+                             parallel=np_, ubatch=ub, cache_type_k=kv, cache_type_v=kv, draft_device=dev, **simple))
+    for ctx, np_, ub, kv, place in ((65536, 1, 512, "f16", CUDA_PLACES[0]), (262144, 2, 2048, "q8_0", CUDA_PLACES[0]),
+                                    (65536, 2, 512, "f16", CUDA_PLACES[1]), (262144, 1, 2048, "q8_0", CUDA_PLACES[2])):
+        out.append(_cuda_cfg(f"hybrid_mtp_g-c{ctx}-np{np_}-ub{ub}-{kv}-mtp3-{place[0]}", "hybrid_mtp_g", place,
+                             ctx=ctx, parallel=np_, ubatch=ub, cache_type_k=kv, cache_type_v=kv,
+                             spec_type=["draft-mtp"], spec_draft_n_max=3))
+    return out
+
+
+SETS = {"cpu": matrix, "cuda-h200": matrix_cuda}
+
+
+def model_record(name, out_dir, models_dir=None):
     """Generate (once) the matrix model `name`; its path and the fixture's record of it."""
-    entry = accuracy_models.ensure_model(name, MODELS)
+    entry = accuracy_models.ensure_model(name, models_dir or MODELS)
     header = accuracy_models.dump_header(entry["path"])
     kind, overrides = accuracy_models.MODELS[name]
     rec = {"name": name, "generator": {"script": "tests/lab/gen_models.py", "kind": kind, "scale": "medium",
@@ -488,37 +636,73 @@ def model_record(name, out_dir):
     return entry["path"], rec
 
 
-def run_matrix(out_dir, only=None, bindir=None, force=False):
+def _scrub(out, c):
+    """Paths and ports are of the recording machine only."""
+    out["config"]["model"] = f"{c['kind']}.gguf"
+    if out["config"].get("drafter"):
+        out["config"]["drafter"] = f"{c['drafter_kind']}.gguf"
+    out.pop("endpoints", None)
+    out["cmd"] = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", re.sub(r"^/.*/", "", a)) for a in out["cmd"]]
+    return out
+
+
+def run_matrix(out_dir, only=None, bindir=None, force=False, set_name="cpu", models_dir=None, fit_params=True):
     out_dir = Path(out_dir)
     (out_dir / "models").mkdir(parents=True, exist_ok=True)
     bindir = Path(bindir or PREFIX / "bin")
     paths = {}
-    todo = [c for c in matrix() if not only or any(re.search(o, c["id"]) for o in only)]
+    todo = [c for c in SETS[set_name]() if not only or any(re.search(o, c["id"]) for o in only)]
     todo = [c for c in todo if force or not (out_dir / f"{c['id']}.json").exists()]
     print(f"{len(todo)} configurations to measure", file=sys.stderr)
-    n_rpc = max([c.get("n_devices", 2) for c in todo if c.get("devices") == "rpc"] or [0])
+    # CPU: one set of RPC servers for the whole run. CUDA: fresh servers per load, so each load's
+    # nvidia-smi figures start from an RPC server that has allocated nothing yet.
+    shared = set_name == "cpu"
+    n_rpc = max([rpc_needed(normalize(c)) for c in todo] or [0]) if shared else 0
     with rpc_servers(n_rpc, bindir) if n_rpc else contextlib.nullcontext([]) as endpoints:
         for i, c in enumerate(todo):
             for k in (c["kind"], c.get("drafter_kind")):
                 if k and k not in paths:
-                    paths[k], rec = model_record(k, out_dir)
+                    paths[k], rec = model_record(k, out_dir, models_dir)
                     (out_dir / "models" / f"{k}.json").write_text(json.dumps(rec, indent=1) + "\n")
             cfg = {k: v for k, v in c.items() if k not in ("id", "kind", "drafter_kind")}
             cfg["model"] = paths[c["kind"]]
             if c.get("drafter_kind"):
                 cfg["drafter"] = paths[c["drafter_kind"]]
             t0 = time.monotonic()
-            res = measure(cfg, bindir, endpoints)
+            try:
+                res = measure(cfg, bindir, endpoints if shared else None, fit_params=fit_params)
+            except Exception as e:  # noqa: BLE001 - one broken load must not stop the matrix
+                res = {"build": BUILD, "config": normalize(cfg), "ok": False, "error": repr(e), "cmd": ["llama-server"],
+                       "measured": None}
             out = {"id": c["id"], "model": c["kind"], "drafter": c.get("drafter_kind")}
             out.update(res)
-            # paths and ports are of this machine only
-            out["config"]["model"] = f"{c['kind']}.gguf"
-            if out["config"].get("drafter"):
-                out["config"]["drafter"] = f"{c['drafter_kind']}.gguf"
-            out.pop("endpoints", None)
-            out["cmd"] = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", re.sub(r"^/.*/", "", a)) for a in out["cmd"]]
+            _scrub(out, c)
             (out_dir / f"{c['id']}.json").write_text(json.dumps(out, indent=1) + "\n")
-            print(f"[{i + 1}/{len(todo)}] {c['id']}: ok={out['ok']} {time.monotonic() - t0:.1f}s", file=sys.stderr)
+            print(f"[{i + 1}/{len(todo)}] {c['id']}: ok={out['ok']} {time.monotonic() - t0:.1f}s", file=sys.stderr,
+                  flush=True)
+
+
+def add_fit_params(out_dir, bindir=None, set_name="cpu", models_dir=None, only=None):
+    """llama-fit-params for every recorded configuration that has none yet (a later, cheaper pass)."""
+    out_dir = Path(out_dir)
+    bindir = Path(bindir or PREFIX / "bin")
+    by_id = {c["id"]: c for c in SETS[set_name]()}
+    for path in sorted(out_dir.glob("*.json")):
+        fx = json.loads(path.read_text())
+        c = by_id.get(fx.get("id"))
+        if c is None or fx.get("fit_params_mib") is not None or not fx.get("ok"):
+            continue
+        if only and not any(re.search(o, c["id"]) for o in only):
+            continue
+        cfg = normalize({k: v for k, v in c.items() if k not in ("id", "kind", "drafter_kind")})
+        cfg["model"] = str(Path(models_dir or MODELS) / f"{c['kind']}.gguf")
+        need = rpc_needed(cfg)
+        t0 = time.monotonic()
+        with rpc_servers(need, bindir) if need else contextlib.nullcontext([]) as endpoints:
+            fit = run_fit_params(cfg, endpoints, bindir)
+        fx["fit_params_mib"] = fit["rows"]
+        path.write_text(json.dumps(fx, indent=1) + "\n")
+        print(f"fit-params {c['id']}: {sorted(fit['rows'])} {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -528,15 +712,24 @@ def main(argv=None):
     p.add_argument("--list", action="store_true", help="print the matrix ids")
     p.add_argument("--only", action="append", help="regex on matrix ids (repeatable)")
     p.add_argument("--force", action="store_true", help="re-measure configurations already in --out")
-    p.add_argument("--out", default="tests/fixtures/llamacpp/b11434-cpu")
+    p.add_argument("--out", default=None, help="fixture dir (default tests/fixtures/llamacpp/b11434-<set>)")
     p.add_argument("--bindir", default=str(PREFIX / "bin"))
+    p.add_argument("--set", default="cpu", choices=sorted(SETS), help="which matrix (cpu: issue 3; cuda-h200: issue 9)")
+    p.add_argument("--models-dir", default=None, help=f"where the matrix models are generated (default {MODELS})")
+    p.add_argument("--no-fit-params", action="store_true", help="skip llama-fit-params during the matrix")
+    p.add_argument("--fit-params-only", action="store_true",
+                   help="add llama-fit-params to recorded configurations that lack it")
     args = p.parse_args(argv)
+    out = args.out or f"tests/fixtures/llamacpp/{BUILD}-{args.set}"
     if args.list:
-        for c in matrix():
+        for c in SETS[args.set]():
             print(c["id"])
         return 0
+    if args.fit_params_only:
+        add_fit_params(out, args.bindir, args.set, args.models_dir, args.only)
+        return 0
     if args.matrix:
-        run_matrix(args.out, args.only, args.bindir, args.force)
+        run_matrix(out, args.only, args.bindir, args.force, args.set, args.models_dir, not args.no_fit_params)
         return 0
     if args.config:
         res = measure(json.loads(args.config), args.bindir)

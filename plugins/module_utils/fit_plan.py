@@ -96,6 +96,15 @@ RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", 
 #                             the runbook's build paid for a full ubatch)
 #   draft_compute_base_bytes  fixed part of a draft context's (MTP or drafter model) compute buffer
 #   mmproj_compute_bytes      the vision encoder's warm-up compute buffer on the mmproj device
+#   draft_overhead_bytes      (optional) runtime memory beyond device_overhead on a device running a drafter
+#                             model's layers; mtp_overhead_bytes the same on the device of an MTP head
+#   fa_kv_f16_copy            (optional) flash attention over a KV cache that is not f16 reserves f16 copies of
+#                             the K/V views in the FA node (CUDA); then fa_beside_embd_bytes, fa_beside_q_bytes
+#                             and fa_beside_gate_bytes are what lives beside them per token, per n_embd / query
+#                             element / gate element
+#   mtp_act_embd_bytes, mtp_act_ff_bytes, mtp_split_embd_bytes, mtp_fa_beside_embd_bytes
+#                             (optional) the MTP graph's own act_embd/act_ff/split_embd/fa_beside_embd, where
+#                             they differ from the target's layers (CUDA)
 # Law terms that need no constant: logits n_outputs x n_vocab x 4; without flash attention the
 # KQ matrix n_kv x ub x n_head x 4 per attention device (the widest mask's cells: one layer at a time);
 # the pipeline copies (GGML_SCHED_MAX_COPIES = 4 when the model spans more than one device, else 1).
@@ -129,6 +138,17 @@ PROFILES = {
         "host_modelled": False,                 # the runbook records no host RAM figures
         "host_embd_bytes": 0.0,
         "host_split_embd_bytes": 0.0,
+        # terms only the cuda profile measured (see there): off / as the target's layers
+        "draft_overhead_bytes": 0,
+        "mtp_overhead_bytes": 0,
+        "fa_kv_f16_copy": False,
+        "fa_beside_embd_bytes": 0.0,
+        "fa_beside_q_bytes": 0.0,
+        "fa_beside_gate_bytes": 0.0,
+        "mtp_act_embd_bytes": None,
+        "mtp_act_ff_bytes": None,
+        "mtp_split_embd_bytes": None,
+        "mtp_fa_beside_embd_bytes": None,
         "mtp_host_share": 0.5,
     },
     "cpu": {
@@ -159,27 +179,71 @@ PROFILES = {
         "host_modelled": True,
         "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
         "host_split_embd_bytes": 8.0,
+        # terms only the cuda profile measured (see there): off / as the target's layers
+        "draft_overhead_bytes": 0,
+        "mtp_overhead_bytes": 0,
+        "fa_kv_f16_copy": False,
+        "fa_beside_embd_bytes": 0.0,
+        "fa_beside_q_bytes": 0.0,
+        "fa_beside_gate_bytes": 0.0,
+        "mtp_act_embd_bytes": None,
+        "mtp_act_ff_bytes": None,
+        "mtp_split_embd_bytes": None,
+        "mtp_fa_beside_embd_bytes": None,
         "mtp_host_share": 0.5,                  # MTP host buffer 20 x n_embd per token at 4 copies (target's 40)
     },
     "cuda": {
-        "source": "PLACEHOLDER copied from hip until the GPU-validation issue measures CUDA (nvidia-smi).",
-        "device_overhead_bytes": 300 * MIB,
-        "compute_base_bytes": 200 * MIB,
-        "act_embd_bytes": 16.0,
-        "act_ff_bytes": 12.0,
-        "pipeline_copies": False,
-        "split_embd_bytes": 0.0,
-        "first_embd_bytes": 0.0,
-        "mask_bytes_per_cell": 8.0,
-        "mask_bytes_per_cell_nofa": 8.0,
-        "attn_embd_bytes_nofa": 0.0,
-        "attn_gate_bytes_nofa": 0.0,
-        "logits_ubatch_bytes": 4.0,
-        "draft_compute_base_bytes": 300 * MIB,
-        "mmproj_compute_bytes": 256 * MIB,
-        "host_modelled": False,
-        "host_embd_bytes": 0.0,
-        "host_split_embd_bytes": 0.0,
+        "source": "measured: llama.cpp b11434 (CUDA 13.0 + RPC build by the llama_cpp_build role, sm_90) on one NVIDIA "
+                  "H200, llama-server --fit off, 56 loads of two GiB-scale lab models (dense llama 3.0 GiB q8_0, qwen35 "
+                  "hybrid + MTP 2.9 GiB q8_0) and a draft-small drafter: the GPU alone and split with a ggml-rpc-server "
+                  "(CUDA backend) on the same GPU at -ts 1,1 and 3,1; ctx 16384..262144, parallel 1/2, ubatch "
+                  "512/2048, f16/q8_0 KV, draft-simple and draft-mtp; each load with nvidia-smi per process after the "
+                  "load and after a first request (tests/fixtures/llamacpp/b11434-cuda-h200; benchmarks/fit_accuracy.py "
+                  "--set cuda-h200 prints every error). The graph laws are the CPU backend's: every constant the cpu "
+                  "profile measured reproduces the CUDA buffers except those marked CUDA below.",
+        "pipeline_copies": True,                # measured: sched copies = 4 over CUDA0 + RPC0, 1 on the GPU alone
+        # CUDA: what nvidia-smi shows per process beyond llama.cpp's buffers once a first request ran: 603-621 MiB
+        # over the 80 processes of the matrix that run no drafter (589-591 MiB right after the load; an idle
+        # ggml-rpc-server's bare context 518 MiB); the first request grows cuBLAS/pool memory by 14-30 MiB
+        "device_overhead_bytes": 624 * MIB,
+        # CUDA: + up to 99 MiB on the device that runs a draft-simple drafter's layers (705-719 MiB in all) and
+        # + up to 32 MiB on the device of an MTP head (651.7 MiB), both after the first speculative request
+        "draft_overhead_bytes": 100 * MIB,
+        "mtp_overhead_bytes": 32 * MIB,
+        "compute_base_bytes": 0,                # as cpu: every buffer scales with ubatch (+/- 0.3 MiB)
+        # CUDA: a layer's own peak beyond the FFN is 12 x n_embd per token (cpu 8): the dense model's buffers
+        # are 4 x n_embd x ubatch above the cpu law at ub 512 and 2048 alike (6.0 / 24.0 MiB)
+        "act_embd_bytes": 12.0,
+        "act_ff_bytes": 12.0,                   # as cpu
+        "split_embd_bytes": 4.0,                # as cpu (measured: the GPU-alone / split differences agree)
+        "first_embd_bytes": 12.0,               # as cpu
+        "mask_bytes_per_cell": 2.0,             # as cpu: f16 KQ mask per copy (4096 MiB at 262144 cells x 2048 x 4)
+        # without flash attention: not measured on CUDA (the deployed setting is FA on); the cpu law's values
+        "mask_bytes_per_cell_nofa": 4.0,
+        "attn_embd_bytes_nofa": 30.0,
+        "attn_gate_bytes_nofa": 12.0,
+        # CUDA: a flash-attention node whose KV is not f16 (q8_0) reserves f16 copies of its K and V views beside
+        # its output (ggml-cuda fattn.cu ggml_cuda_flash_attn_ext_get_alloc_size): 2 B x (K + V width) x cells x
+        # streams, e.g. +214 MiB at 65536 cells; it becomes the layer's peak together with 8 B x n_embd, 8 B per
+        # query element (n_head x head_dim) and 12 B per gate element (qwen35) per token (dense q8_0 rows within
+        # 0.4 MiB, hybrid within 5 MiB)
+        "fa_kv_f16_copy": True,
+        "fa_beside_embd_bytes": 8.0,
+        "fa_beside_q_bytes": 8.0,
+        "fa_beside_gate_bytes": 12.0,
+        # CUDA: the MTP graph's block peaks at 17 x n_embd per token with no FFN-sized term, and each of its two
+        # split inputs costs 8.25 x n_embd per pipeline copy (fitted to 106.0 / 680.1 MiB alone and 232.1 MiB over
+        # 4 copies; residuals under 0.4 MiB); its FA node peaks at its f16 K/V copies alone
+        "mtp_act_embd_bytes": 17.0,
+        "mtp_act_ff_bytes": 0.0,
+        "mtp_split_embd_bytes": 8.25,
+        "mtp_fa_beside_embd_bytes": 0.0,
+        "logits_ubatch_bytes": 0.0,             # as cpu: logits are n_outputs_max rows
+        "draft_compute_base_bytes": 0,
+        "mmproj_compute_bytes": 256 * MIB,      # not measured (no mmproj in the matrix): a conservative prior
+        "host_modelled": True,                  # the CUDA_Host compute buffer follows the cpu host law within 1.5 MiB
+        "host_embd_bytes": 8.0,
+        "host_split_embd_bytes": 8.0,
         "mtp_host_share": 0.5,
     },
 }
@@ -455,6 +519,24 @@ def _kv_row(layer, s, draft=False):
             + _cache_row(tv, nv, "cache_type_v_draft" if draft else "cache_type_v"))
 
 
+def _is_rpc(gpu):
+    """A device llama.cpp reaches through ggml-rpc (its device name is RPCn)."""
+    return any(str(x or "").startswith("RPC") for x in (gpu.get("device"), gpu.get("name")))
+
+
+def _fa_kv_f16(layer, s, cells, draft=False):
+    """Bytes of the f16 copies of one layer's K and V views (cells x streams) that a CUDA flash-attention
+    node reserves when the cache type is not f16 (ggml-cuda fattn-common.cuh get_f16_extra_data)."""
+    tk = s["cache_type_k_draft"] if draft else s["cache_type_k"]
+    tv = s["cache_type_v_draft"] if draft else s["cache_type_v"]
+    n = 0
+    if tk != "f16":
+        n += 2 * layer["n_head_kv"] * layer["key_length"] * cells
+    if tv != "f16":
+        n += 2 * layer["n_head_kv"] * layer["value_length"] * cells
+    return n
+
+
 def swa_cells(n_ctx_seq, n_swa, n_seq_max, n_ubatch, unified):
     """llama-kv-cache-iswa.cpp: cells per stream of the SWA cache."""
     return pad(min(n_ctx_seq, n_swa * (n_seq_max if unified else 1) + n_ubatch))
@@ -482,7 +564,7 @@ GATED_ATTN_ARCHS = ("qwen3next", "qwen35", "qwen35moe")    # attention output ga
 
 
 def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells_swa, first, n_inputs=1,
-                   base_key="compute_base_bytes", gate_width=0):
+                   base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0):
     """Compute buffer of one context's graph on one device (everything but the logits).
 
     per ub token: act_embd x n_embd + act_ff x n_ff (the layer's own activations: one layer's peak, the
@@ -505,6 +587,13 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
         layer_total = max(ub * layer, kq + ub * beside)
     else:
         layer_total = ub * layer
+    if fa and fa_kv_f16 and prof.get("fa_kv_f16_copy"):
+        # CUDA: a flash-attention node whose K/V are not f16 reserves f16 copies of the K and V views it
+        # reads beside its output (ggml-cuda fattn.cu get_alloc_size, MMA/tile kernels): one layer at a time,
+        # a peak of its own when it outgrows the FFN's
+        beside = (prof["fa_beside_embd_bytes"] * n_embd + prof["fa_beside_q_bytes"] * q_width
+                  + prof["fa_beside_gate_bytes"] * gate_width)
+        layer_total = max(layer_total, fa_kv_f16 + ub * beside)
     mb = prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]
     return prof[base_key] + ub * handed + layer_total + copies * mb * ub * (cells_full + cells_swa)
 
@@ -630,7 +719,7 @@ def _evaluate(c, split, n_ctx_req):
         devs.append({"name": g["name"], "index": g["index"], "layers": 0, "layer_first": None, "layer_last": None,
                      "weights_bytes": 0, "kv_bytes": 0, "recurrent_bytes": 0, "draft_bytes": 0, "mmproj_bytes": 0,
                      "compute_bytes": 0, "overhead_bytes": 0, "has_attn": False, "has_swa": False,
-                     "has_layers": False, "n_ff": 0})
+                     "has_layers": False, "n_ff": 0, "fa_kv_f16": 0})
     rs_row = int((m.get("recurrent_state") or {}).get("bytes_per_layer_per_seq") or 0)
     rs_rows = max(1, n_seq) * (1 + c.n_rs_seq)
     n_swa = int(m.get("sliding_window") or 0)
@@ -649,9 +738,11 @@ def _evaluate(c, split, n_ctx_req):
         if kind == "attention":
             d["kv_bytes"] += _kv_row(L, s) * n_ctx_seq * n_stream
             d["has_attn"] = True
+            d["fa_kv_f16"] = max(d["fa_kv_f16"], _fa_kv_f16(L, s, n_ctx_seq * n_stream))
         elif kind == "swa":
             d["kv_bytes"] += _kv_row(L, s) * swa_n * n_stream
             d["has_swa"] = True
+            d["fa_kv_f16"] = max(d["fa_kv_f16"], _fa_kv_f16(L, s, swa_n * n_stream))
         elif kind == "recurrent":
             d["recurrent_bytes"] += rs_row * rs_rows
     od = devs[out_dev]
@@ -670,7 +761,8 @@ def _evaluate(c, split, n_ctx_req):
             continue
         comp = _graph_compute(prof, fa, ub, copies, c.n_embd, d["n_ff"] or c.n_ff, n_head,
                               n_ctx_seq if d["has_attn"] else 0, swa_n if d["has_swa"] else 0,
-                              first=d["index"] == slots[0], gate_width=gate_width)
+                              first=d["index"] == slots[0], gate_width=gate_width, fa_kv_f16=d["fa_kv_f16"],
+                              q_width=n_head * int(m.get("key_length") or 0))
         if d["index"] == out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
         d["compute_bytes"] += int(comp)
@@ -685,6 +777,7 @@ def _evaluate(c, split, n_ctx_req):
 
     # draft-mtp: nextn weights + nextn KV (draft ctx sized from the target's n_ctx) + its compute, on the nextn device
     detail = {}
+    drafter_devs, mtp_devs = set(), set()
     if c.mtp and c.n_layer_all > c.n_layer:
         for il in range(c.n_layer, c.n_layer_all):
             L = c.layers[il]
@@ -695,11 +788,27 @@ def _evaluate(c, split, n_ctx_req):
             dd["weights_bytes"] += int(L["tensor_bytes"])
             dd["kv_bytes"] += kvb
         d = devs[slots[c.n_layer_all - 1]]
+        mtp_devs.add(d["index"])
         n_out_mtp = min(ub, n_seq)
         # the MTP graph is one block on the nextn device, fed two split inputs per token (the target's hidden
-        # state and the token embedding), on the target model's devices: the target's pipeline copies
-        comp = (_graph_compute(prof, fa, ub, copies, c.n_embd, c.n_ff, n_head, n_ctx_seq, 0, first=False, n_inputs=2,
-                               base_key="draft_compute_base_bytes", gate_width=gate_width)
+        # state and the token embedding), on the target model's devices: the target's pipeline copies.
+        # A profile may size that block apart from the target's layers (mtp_* keys: the cuda one does).
+        mprof = prof
+        if prof.get("mtp_act_embd_bytes") is not None:
+            mprof = dict(prof, act_embd_bytes=prof["mtp_act_embd_bytes"], act_ff_bytes=prof["mtp_act_ff_bytes"],
+                         split_embd_bytes=prof["mtp_split_embd_bytes"],
+                         fa_beside_embd_bytes=prof["mtp_fa_beside_embd_bytes"], fa_beside_q_bytes=0.0,
+                         fa_beside_gate_bytes=0.0)
+        nextn = c.layers[c.n_layer_all - 1]
+        mtp_fa = _fa_kv_f16(nextn, s, n_ctx_seq * n_stream, draft=True)
+        if _is_rpc(c.gpus[d["index"]]):
+            # ggml-rpc caches get_alloc_size by the output tensor's shape and op params, not its sources
+            # (ggml-rpc.cpp ggml_backend_rpc_buffer_type_get_alloc_size): the nextn FA node has the target's
+            # shape, so on an RPC device it is handed the target's FA size, f16 K/V copies included
+            mtp_fa = max(mtp_fa, d["fa_kv_f16"])
+        comp = (_graph_compute(mprof, fa, ub, copies, c.n_embd, c.n_ff, n_head, n_ctx_seq, 0, first=False, n_inputs=2,
+                               base_key="draft_compute_base_bytes", gate_width=gate_width, fa_kv_f16=mtp_fa,
+                               q_width=n_head * int(m.get("key_length") or 0))
                 + 4 * n_out_mtp * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab)
         d["draft_bytes"] += int(comp)
         host["draft_compute_bytes"] += int(prof["mtp_host_share"] * _host_compute(prof, fa, ub, copies, c.n_embd, 0)
@@ -717,6 +826,7 @@ def _evaluate(c, split, n_ctx_req):
         d_embd = int(dm.get("embedding_length") or c.n_embd)
         d_ff = int(dm.get("feed_forward_length") or c.n_ff)
         touched = {}
+        d_fa = {}
         for il, L in enumerate(dm["layers"]):
             di = dslots[il]
             dd = detail.setdefault(di, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})
@@ -728,8 +838,12 @@ def _evaluate(c, split, n_ctx_req):
             elif L["kind"] == "swa":
                 kvb = _kv_row(L, s, draft=True) * d_swa_n * n_stream
                 touched.setdefault(di, set()).add("swa")
-            else:
-                touched.setdefault(di, set())
+            touched.setdefault(di, set()).add("layer")
+            drafter_devs.add(di)
+            if L["kind"] in ("attention", "swa"):
+                # the widest f16 K/V copy a CUDA FA node of the drafter reserves (quantized draft KV types)
+                cells = (n_ctx_seq if L["kind"] == "attention" else d_swa_n) * n_stream
+                d_fa[di] = max(d_fa.get(di, 0), _fa_kv_f16(L, s, cells, draft=True))
             dd["kv_bytes"] += kvb
             devs[di]["draft_bytes"] += int(L["tensor_bytes"]) + kvb
         od_i = dslots[-1]
@@ -745,9 +859,15 @@ def _evaluate(c, split, n_ctx_req):
         d_kinds = set()
         for di, what in touched.items():
             d_kinds |= what
-            comp = _graph_compute(prof, fa, ub, d_copies, d_embd, d_ff, d_head,
-                                  n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
-                                  first=di == dslots[0], base_key="draft_compute_base_bytes")
+            if "layer" in what:
+                comp = _graph_compute(prof, fa, ub, d_copies, d_embd, d_ff, d_head,
+                                      n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
+                                      first=di == dslots[0], base_key="draft_compute_base_bytes",
+                                      fa_kv_f16=d_fa.get(di, 0), q_width=d_head * int(dm.get("key_length") or 0))
+            else:
+                # a device holding only the drafter's output head runs only the head: its logits (measured:
+                # tests/fixtures/llamacpp/b11434-cuda-h200/dense_g-c65536-np1-ub2048-f16-simple-split-ts31)
+                comp = 0
             if "out" in what or di == od_i:
                 comp += 4 * n_out_d * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
             devs[di]["draft_bytes"] += int(comp)
@@ -765,7 +885,9 @@ def _evaluate(c, split, n_ctx_req):
 
     rows = []
     for d, g in zip(devs, c.gpus):
-        d["overhead_bytes"] = int(prof["device_overhead_bytes"])
+        d["overhead_bytes"] = int(prof["device_overhead_bytes"]
+                                  + (prof.get("draft_overhead_bytes", 0) if d["index"] in drafter_devs else 0)
+                                  + (prof.get("mtp_overhead_bytes", 0) if d["index"] in mtp_devs else 0))
         total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
                  + d["compute_bytes"] + d["overhead_bytes"])
         free = g["vram_total_bytes"] - g["vram_reserved_bytes"] - total

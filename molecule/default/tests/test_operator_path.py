@@ -1,0 +1,117 @@
+"""The operator's path on the lab host, after converge + idempotence:
+
+1. the endpoint is gated: unit active, no restarts, a real completion;
+2. `deploy-frank-medium.yml --check --diff` changes nothing on the host, proved by
+   a recursive listing with checksums of every path the deploy touches, before and after;
+3. the rollback playbook refuses (nothing changed) without a known-good shape;
+4. from a deliberately retired state (the frank-medium unit retired into the trash,
+   an impostor serving the port) the rollback playbook retires the impostor and
+   brings back a gated layer-split endpoint.
+Tests run in file order and build on each other.
+"""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+PORT = "18470"
+UNIT = "frank-medium"
+TOUCHED = ["/opt/llama.cpp", "/var/lib/dankfleet", "/etc/llama-server", "/usr/local/libexec/dankfleet",
+           "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache",
+           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards"]
+
+
+def playbook(*args, timeout=900):
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / "collections"))
+    env.setdefault("ANSIBLE_ROLES_PATH", f"{REPO / 'roles'}:{REPO / 'tests/lab/roles'}")
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    inventory = env["MOLECULE_INVENTORY_FILE"]
+    return subprocess.run(["ansible-playbook", "-i", inventory, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def snapshot(host):
+    paths = " ".join(TOUCHED)
+    listing = host.run(
+        "find %s -xdev -printf '%%p %%y %%m %%U:%%G %%s %%T@ %%l\\n' 2>/dev/null | sort; "
+        "find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; "
+        "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestampMonotonic %s", paths, paths, UNIT)
+    assert listing.rc == 0, listing.stderr
+    return listing.stdout
+
+
+def chat(host):
+    out = host.run(
+        "curl -sf -m 120 http://127.0.0.1:%s/v1/chat/completions -H 'Content-Type: application/json' "
+        "-d '{\"model\": \"frank-medium\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+        "\"max_tokens\": 8, \"temperature\": 0}'", PORT)
+    assert out.rc == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_endpoint_is_gated(host):
+    svc = host.service(UNIT)
+    assert svc.is_running and svc.is_enabled
+    assert host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip() == "0"
+    assert chat(host)["usage"]["completion_tokens"] >= 1
+    assert host.file("/var/lib/frank-medium/rollback/env").exists
+    # observability: the promtool-validated rules carry the spec-decode alert
+    assert "LlmSpecDecodeOff" in host.file("/etc/prometheus/rules.d/frank-medium.rules.yml").content_string
+
+
+def test_check_diff_changes_nothing(host):
+    before = snapshot(host)
+    run = playbook("deploy-frank-medium.yml", "--check", "--diff")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "Fit table" in run.stdout and "yes <- chosen" in run.stdout
+    assert "up to date" in run.stdout            # the build stage's verdict
+    assert "verified" in run.stdout              # the fetch stage's verdict
+    after = snapshot(host)
+    assert before == after
+
+
+def test_rollback_refuses_without_a_known_good_shape(host):
+    before = snapshot(host)
+    run = playbook("rollback-frank-medium.yml", "-e", "llama_server_state_dir=/var/lib/no-such-shape")
+    assert run.returncode != 0
+    assert "No known-good shape" in run.stdout and "Nothing was changed" in run.stdout
+    assert snapshot(host) == before
+
+
+def test_rollback_from_a_retired_state(host, tmp_path):
+    # Deliberately retire the endpoint and put an impostor on its port.
+    retire = tmp_path / "retire.yml"
+    retire.write_text(json.dumps([{
+        "name": "Retire frank-medium on purpose", "hosts": "llm_endpoints", "gather_facts": False,
+        "roles": [{"role": "dankfleet.llm.runtime_retire",
+                   "vars": {"runtime_retire_runtimes": [{"name": "frank-medium-on-purpose",
+                                                         "units": [{"name": "frank-medium.service"}],
+                                                         "ports": [int(PORT)]}]}}]}]))
+    run = playbook(str(retire))
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert not host.file("/etc/systemd/system/frank-medium.service").exists
+    impostor = host.run(
+        "printf '[Unit]\\nDescription=impostor on the endpoint port\\n[Service]\\n"
+        "ExecStart=/usr/bin/python3 -m http.server %s --bind 127.0.0.1\\n' "
+        "> /etc/systemd/system/radiance-proxy.service && systemctl daemon-reload && "
+        "systemctl start radiance-proxy && sleep 1 && "
+        "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%s/", PORT, PORT)
+    assert impostor.stdout.endswith("200"), impostor.stdout + impostor.stderr
+
+    extra = tmp_path / "rollback-vars.json"
+    extra.write_text(json.dumps({"dankfleet_rollback_retire": [
+        {"name": "radiance", "units": [{"name": "radiance-proxy.service"}], "ports": [int(PORT)]}]}))
+    run = playbook("rollback-frank-medium.yml", "-e", f"@{extra}")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "gate (rolled-back shape) passed" in run.stdout
+
+    assert host.service(UNIT).is_running
+    assert not host.service("radiance-proxy").is_running
+    models = json.loads(host.run("curl -sf http://127.0.0.1:%s/v1/models", PORT).stdout)
+    assert [m["id"] for m in models["data"]] == ["frank-medium"]
+    assert chat(host)["usage"]["completion_tokens"] >= 1
+    env = host.file("/etc/llama-server/frank-medium.env").content_string
+    assert "SPLIT_MODE=layer" in env

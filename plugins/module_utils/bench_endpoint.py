@@ -1,0 +1,289 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What every benchmark harness reads from a llama-server endpoint, stdlib only.
+
+An HTTP client with an optional API key, the Prometheus text of ``/metrics`` as a
+dict, counter deltas, the build from ``/props``, a bounded wait for ``/health``,
+and VRAM per card read the way the fleet reads it (nvidia-smi, rocm-smi, or the
+amdgpu sysfs counters rocm-smi itself reads). Runs on the target, so no third-party
+import; the module wrappers and the tests call it directly.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import glob
+import json
+import os
+import re
+import subprocess
+import time
+
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.urls import open_url
+
+MIB = 1024 * 1024
+
+# The series the speculative-decoding figures come from (runbook "Observability").
+METRIC_DRAFTS = 'llamacpp:spec_decode_num_drafts_total'
+METRIC_DRAFT_TOKENS = 'llamacpp:spec_decode_num_draft_tokens_total'
+METRIC_ACCEPTED = 'llamacpp:spec_decode_num_accepted_tokens_total'
+METRIC_PROMPT_TOKENS = 'llamacpp:prompt_tokens_total'
+METRIC_PROMPT_CACHED = 'llamacpp:prompt_tokens_cached_total'
+METRIC_PREDICTED = 'llamacpp:tokens_predicted_total'
+
+
+class BenchError(Exception):
+    """A harness failure whose message names the cause and what to do about it."""
+
+
+class Endpoint(object):
+    """A llama-server base URL (``http://127.0.0.1:7770``) with an optional API key."""
+
+    def __init__(self, url, api_key=None, timeout=600.0):
+        self.url = url.rstrip('/')
+        self.api_key = api_key or None
+        self.timeout = float(timeout)
+
+    def _request(self, path, payload=None, timeout=None):
+        data = None if payload is None else json.dumps(payload).encode('utf-8')
+        headers = {}
+        if data is not None:
+            headers['Content-Type'] = 'application/json'
+        if self.api_key:
+            headers['Authorization'] = 'Bearer %s' % self.api_key
+        # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
+        resp = open_url(self.url + path, data=data, headers=headers, method='GET' if data is None else 'POST',
+                        timeout=self.timeout if timeout is None else timeout, use_proxy=False,
+                        follow_redirects='safe')
+        try:
+            return resp.getcode(), resp.read().decode('utf-8', 'replace')
+        finally:
+            resp.close()
+
+    def get_text(self, path, timeout=None):
+        try:
+            return self._request(path, timeout=timeout)[1]
+        except HTTPError as exc:
+            raise BenchError('GET %s%s -> HTTP %s: %s' % (self.url, path, exc.code, _body(exc)))
+        except (URLError, OSError) as exc:
+            raise BenchError('GET %s%s failed: %s (is the endpoint up and is the URL right?)' % (self.url, path, exc))
+
+    def get_json(self, path, timeout=None):
+        return _decode(self.get_text(path, timeout), 'GET ' + self.url + path)
+
+    def post_json(self, path, payload, timeout=None):
+        try:
+            body = self._request(path, payload, timeout=timeout)[1]
+        except HTTPError as exc:
+            raise BenchError('POST %s%s -> HTTP %s: %s' % (self.url, path, exc.code, _body(exc)))
+        except (URLError, OSError) as exc:
+            raise BenchError('POST %s%s failed: %s' % (self.url, path, exc))
+        return _decode(body, 'POST ' + self.url + path)
+
+    def metrics(self):
+        """``/metrics`` as {series: value}; None when the server runs without ``--metrics``."""
+        try:
+            return parse_metrics(self._request('/metrics', timeout=30)[1])
+        except HTTPError as exc:
+            if exc.code in (404, 501):
+                return None
+            raise BenchError('GET %s/metrics -> HTTP %s: %s' % (self.url, exc.code, _body(exc)))
+        except (URLError, OSError) as exc:
+            raise BenchError('GET %s/metrics failed: %s' % (self.url, exc))
+
+    def build(self):
+        """The llama.cpp build the endpoint reports (``/props`` ``build_info``, e.g. ``b11434-unknown``)."""
+        try:
+            props = self.get_json('/props', timeout=30)
+        except BenchError:
+            return None
+        return props.get('build_info')
+
+    def wait_healthy(self, timeout):
+        """Wait until ``/health`` answers 200 (503 while loading is normal); raise after ``timeout`` s."""
+        deadline = time.time() + float(timeout)
+        last = 'no answer'
+        while True:
+            try:
+                code = self._request('/health', timeout=5)[0]
+                if code == 200:
+                    return
+                last = 'HTTP %s' % code
+            except HTTPError as exc:
+                last = 'HTTP %s' % exc.code
+            except (URLError, OSError) as exc:
+                last = str(exc)
+            if time.time() > deadline:
+                raise BenchError('%s/health did not answer 200 within %d s (last: %s); read the unit journal'
+                                 % (self.url, timeout, last))
+            time.sleep(0.25)
+
+
+def _body(exc):
+    try:
+        return exc.read().decode('utf-8', 'replace')[:500]
+    except Exception:  # pylint: disable=broad-except
+        return ''
+
+
+def _decode(text, what):
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise BenchError('%s: the answer is not JSON: %r' % (what, text[:200]))
+
+
+_METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\s+(\S+)')
+
+
+def parse_metrics(text):
+    """Prometheus exposition text -> {series (labels kept in the key): float}; comments dropped."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith('#'):
+            continue
+        match = _METRIC_LINE.match(line)
+        if not match:
+            continue
+        try:
+            out[match.group(1)] = float(match.group(2))
+        except ValueError:
+            continue
+    return out
+
+
+def metric_delta(before, after, series):
+    """after - before for one counter; None when either side has no metrics or lacks the series."""
+    if before is None or after is None or series not in after:
+        return None
+    return after[series] - before.get(series, 0.0)
+
+
+# --- VRAM per card -------------------------------------------------------------------
+
+NVIDIA_SMI_MEMORY = ['--query-gpu=index,memory.used,memory.total', '--format=csv,noheader,nounits']
+ROCM_SMI_MEMORY = ['--showmeminfo', 'vram', '--json']
+
+
+def _which(name):
+    for directory in os.environ.get('PATH', '/usr/bin:/bin').split(os.pathsep) + ['/opt/rocm/bin']:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def parse_nvidia_smi_memory(text):
+    """``nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits`` -> cards."""
+    cards = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(',')]
+        if len(fields) != 3 or not fields[0].isdigit():
+            continue
+        try:
+            cards.append({'card': 'CUDA%s' % fields[0], 'used_mib': float(fields[1]), 'total_mib': float(fields[2])})
+        except ValueError:
+            continue
+    return cards
+
+
+def parse_rocm_smi_memory(text):
+    """``rocm-smi --showmeminfo vram --json`` -> cards (bytes in the JSON, MiB out)."""
+    start = text.find('{')
+    if start < 0:
+        return []
+    try:
+        data = json.loads(text[start:])
+    except ValueError:
+        return []
+    cards = []
+    for key in sorted(data, key=_card_order):
+        entry = data[key]
+        if not isinstance(entry, dict):
+            continue
+        used = total = None
+        for name, value in entry.items():
+            low = name.lower()
+            if 'vram' in low and 'used' in low:
+                used = value
+            elif 'vram' in low and 'total' in low:
+                total = value
+        if used is None:
+            continue
+        try:
+            cards.append({'card': 'ROCm%d' % len(cards), 'source_card': key, 'used_mib': int(used) / float(MIB),
+                          'total_mib': int(total) / float(MIB) if total is not None else None})
+        except ValueError:
+            continue
+    return cards
+
+
+def _card_order(name):
+    digits = re.sub(r'\D', '', name)
+    return (int(digits) if digits else 0, name)
+
+
+def read_amdgpu_sysfs(root='/'):
+    """Used/total VRAM of every amdgpu card from sysfs (what rocm-smi reads), in card order."""
+    cards = []
+    pattern = os.path.join(root, 'sys/class/drm/card[0-9]*/device/mem_info_vram_used')
+    for used_path in sorted(glob.glob(pattern), key=lambda p: _card_order(p.split('/drm/')[1].split('/')[0])):
+        device = os.path.dirname(used_path)
+        try:
+            with open(used_path) as handle:
+                used = int(handle.read().strip())
+            with open(os.path.join(device, 'mem_info_vram_total')) as handle:
+                total = int(handle.read().strip())
+        except (IOError, OSError, ValueError):
+            continue
+        cards.append({'card': 'ROCm%d' % len(cards), 'source_card': used_path.split('/drm/')[1].split('/')[0],
+                      'used_mib': used / float(MIB), 'total_mib': total / float(MIB)})
+    return cards
+
+
+def read_vram():
+    """VRAM per card right now: (cards, source) - ([], None) where nothing can measure it (a CPU host).
+
+    Cards are ``{card, used_mib, total_mib}``; ``card`` is the llama.cpp-style name in runtime order.
+    Integrated GPUs that the service hides are still listed: the reader cannot know the unit's
+    HIP_VISIBLE_DEVICES; compare by ``source_card`` when that matters.
+    """
+    smi = _which('nvidia-smi')
+    if smi:
+        text = _run([smi] + NVIDIA_SMI_MEMORY)
+        if text is not None:
+            cards = parse_nvidia_smi_memory(text)
+            if cards:
+                return cards, 'nvidia-smi'
+    cards = read_amdgpu_sysfs('/')
+    if cards:
+        return cards, 'amdgpu sysfs'
+    smi = _which('rocm-smi')
+    if smi:
+        text = _run([smi] + ROCM_SMI_MEMORY)
+        if text is not None:
+            cards = parse_rocm_smi_memory(text)
+            if cards:
+                return cards, 'rocm-smi'
+    return [], None
+
+
+def _run(argv):
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, _ = proc.communicate()
+    except (IOError, OSError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return out.decode('utf-8', 'replace')
+
+
+def vram_summary(cards):
+    """{card: used MiB} rounded to 0.1, or None when nothing was measurable."""
+    if not cards:
+        return None
+    return dict((c['card'], round(c['used_mib'], 1)) for c in cards)
