@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2012,SC1007,SC2086  # device-only script: ls of known names, empty assigns, word-split GPU9_* args on purpose
 # Issue 9 on the device machine (one H200, no network, no systemd), end to end, detached:
 #
 #   1. build llama.cpp b11434 with the llama_cpp_build role (connection local, backend cuda,

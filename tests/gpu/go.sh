@@ -38,6 +38,7 @@ if [[ $NEW != "$OLD" ]] && ! alive; then
   rm -f "$W/state.done"
   echo "$NEW" > "$W/bundle.sha"
   [[ -n ${GPU9_REHEARSAL_HOOK:-} ]] && bash "$GPU9_REHEARSAL_HOOK"
+  # shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
   setsid -f bash -c 'echo $$ > "$1/pipeline.pid"; exec bash "$1/w/tests/gpu/device_pipeline.sh"' - "$W" \
     >> "$W/out/pipeline.log" 2>&1 < /dev/null
   sleep 1

@@ -130,8 +130,8 @@ def test_planner_with_overhead_against_nvidia_smi(fid, facts):
     rows = fit_accuracy.smi_rows(BY_ID[fid], facts)
     assert len(rows) == (2 if BY_ID[fid]["config"]["devices"] == "cuda+rpc" else 1)
     bad = [r for r in rows if not r["ok"]]
-    assert not bad, ["%s: predicted %.1f MiB, nvidia-smi %.1f MiB" % (r["device"], r["predicted"] / MIB,
-                                                                     r["smi_request_bytes"] / MIB) for r in bad]
+    assert not bad, ["%s: predicted %.1f MiB, nvidia-smi %.1f MiB"
+                     % (r["device"], r["predicted"] / MIB, r["smi_request_bytes"] / MIB) for r in bad]
 
 
 def test_the_cuda_context_nvidia_smi_sees_beyond_the_buffers(facts):
