@@ -20,7 +20,7 @@ SYSTEM = {"linux-vdso.so.1", "ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "
 SCRIPT_FLAGS = {
     "CMAKE_BUILD_TYPE": "Release", "BUILD_SHARED_LIBS": "ON", "GGML_NATIVE": "OFF", "GGML_AVX2": "ON",
     "GGML_FMA": "ON", "GGML_F16C": "ON", "GGML_RPC": "ON", "LLAMA_OPENSSL": "OFF", "LLAMA_BUILD_TESTS": "OFF",
-    "LLAMA_BUILD_EXAMPLES": "OFF",
+    "LLAMA_BUILD_EXAMPLES": "OFF", "GGML_RPC_RDMA": "OFF",
 }
 
 
