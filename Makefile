@@ -17,16 +17,30 @@ export PYTHONDONTWRITEBYTECODE := 1
 # Scenarios run in this order; every directory under molecule/ with a molecule.yml is one.
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help venv lint sanity unit integration molecule test lab lab-image llama-server models build clean-lab
+# pytest-xdist workers for the unit (and integration) tests; 0 runs them in one process.
+PYTEST_WORKERS ?= auto
+# Extra ansible-playbook arguments for `make lab` (e.g. LAB_ARGS="--tags serve").
+LAB_ARGS ?=
+# tests/lab/steps.sh runs each step as its own make and prints the timing table.
+STEPS := MAKE="$(MAKE)" tests/lab/steps.sh
+
+.PHONY: help host-deps venv lint sanity unit integration molecule test test-fast lab lab-deploy lab-image llama-server models build clean-lab
 
 help:
-	@echo "make lab    - deploy frank-medium (lab profile) into the local systemd container"
-	@echo "make test   - yamllint, ansible-lint, ansible-test sanity, pytest, every molecule scenario"
-	@echo "make venv   - create .venv from requirements.txt (other targets do this on first use)"
+	@echo "make lab       - deploy frank-medium (lab profile) into the local systemd container"
+	@echo "make test      - yamllint, ansible-lint, ansible-test sanity, pytest, every molecule scenario"
+	@echo "make test-fast - yamllint, ansible-lint, ansible-test sanity, unit tests (the inner loop)"
+	@echo "make clean-lab - remove the lab container (the build cache stays)"
+	@echo "make host-deps - install the OS packages (root on Debian/Ubuntu) or say what to install"
+	@echo "make venv      - create .venv from requirements.txt (other targets do this on first use)"
 
-venv: $(VENV)/.installed
+# The OS packages, listed once in tests/lab/host-deps.sh; fast when all are there.
+host-deps:
+	@tests/lab/host-deps.sh
 
-$(VENV)/.installed: requirements.txt
+venv: host-deps $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt | host-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
@@ -52,7 +66,7 @@ models: venv
 	$(BIN)/python tests/lab/gen_models.py --out "$(DANKFLEET_CACHE)/models" >/dev/null
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) tests/unit
 
 integration: venv llama-server models lab-image
 	$(BIN)/pytest -q tests/integration
@@ -64,10 +78,20 @@ molecule: venv lab-image llama-server models
 	  molecule test -s $$s; \
 	done
 
-test: lint sanity unit integration molecule
+# Each step timed; the table at the end (also after a failure). Scenarios come
+# from MOLECULE_SCENARIOS, so a new molecule/<name>/ gets its own row.
+test:
+	@$(STEPS) "make test" host-deps venv lint sanity unit lab-image llama-server models integration \
+	  $(addprefix molecule/,$(MOLECULE_SCENARIOS))
 
-lab: venv lab-image llama-server models
-	tests/lab/lab.sh
+test-fast:
+	@$(STEPS) "make test-fast" host-deps venv lint sanity unit
+
+lab:
+	@$(STEPS) "make lab" host-deps venv lab-image llama-server models lab-deploy
+
+lab-deploy: venv lab-image llama-server models
+	tests/lab/lab.sh $(LAB_ARGS)
 
 build: venv
 	ansible-galaxy collection build --force --output-path .lab/dist .

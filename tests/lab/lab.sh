@@ -11,6 +11,18 @@ cache=${DANKFLEET_CACHE:-$HOME/.cache/dankfleet}
 name=${LAB_CONTAINER:-dankfleet-lab}
 image=${LAB_IMAGE:-localhost/dankfleet-lab:bookworm}
 
+report_dir="$repo/.lab/report"
+mkdir -p "$report_dir"
+rm -f "$report_dir/$name.json"
+
+# Finer rows for tests/lab/steps.sh's table (when make runs us through it).
+phase_t0=$(date +%s)
+phase() {
+  local now; now=$(date +%s)
+  [[ -n ${STEPS_TIMINGS:-} ]] && printf '%s\tok\tlab: %s\n' "$(( now - phase_t0 ))" "$1" >> "$STEPS_TIMINGS"
+  phase_t0=$now
+}
+
 if ! podman container exists "$name"; then
   podman run -d --name "$name" --hostname "$name" --systemd=always --network host --cap-add SYS_ADMIN \
     -v "$cache:/srv/dankfleet-cache:ro" "$image" /sbin/init >/dev/null
@@ -22,6 +34,50 @@ for _ in $(seq 1 60); do
   [[ $state == running || $state == degraded ]] && break
   sleep 1
 done
+phase "container up (systemd running)"
 export ANSIBLE_CONFIG="$repo/ansible.cfg"
 ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml
-ansible-playbook -i inventory/lab deploy-frank-medium.yml "$@"
+phase "prepare (model mirror, ccache seed)"
+ansible-playbook -i inventory/lab deploy-frank-medium.yml -e dankfleet_report_dir="$report_dir" "$@"
+phase "converge (deploy-frank-medium.yml)"
+
+# What a user wants to see at the end: the endpoint, the fit the deploy planned
+# (its own table, from its report), one real completion asked with the very
+# curl line printed below, and how to tear it all down.
+report="$report_dir/$name.json"
+if [[ ! -f $report ]]; then
+  echo "lab: the deploy wrote no report ($report): ran with --check or a --tags without serve?" >&2
+  exit 0
+fi
+url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$report")
+alias_=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["alias"])' "$report")
+auth=""
+if [[ $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key_required"])' "$report") == True ]]; then
+  # shellcheck disable=SC2016 # printed for the user's shell to expand
+  auth=' -H "Authorization: Bearer $LLAMA_API_KEY"'
+fi
+body="{\"model\": \"$alias_\", \"messages\": [{\"role\": \"user\", \"content\": \"Say hello.\"}], \"max_tokens\": 16}"
+curl_line="curl -s $url/chat/completions -H 'Content-Type: application/json'$auth -d '$body'"
+answer=""
+if [[ -z $auth ]]; then
+  answer=$(curl -s "$url/chat/completions" -H 'Content-Type: application/json' -d "$body" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["choices"][0]["message"]["content"].strip(), "[%s tokens]" % d["usage"]["completion_tokens"])') \
+    || answer="(no answer: $?)"
+fi
+phase "completion from the endpoint"
+python3 - "$report" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("\n== the lab endpoint is up")
+print("endpoint:   %s  (model alias %s, on container %s)" % (r["url"], r["alias"], r["host"]))
+print("fit (the deploy's plan%s):" % ("" if r["fits"] else ", DOES NOT FIT"))
+for line in r["table"].splitlines():
+    print("  " + line)
+for w in r["warnings"]:
+    print("  warning: " + w)
+print("deploy's completion: %s" % (r["completion"] or "(none)"))
+PY
+echo "completion now:      ${answer:-(needs the API key: set LLAMA_API_KEY and run the curl line)}"
+echo "talk to it:"
+echo "  $curl_line"
+echo "tear it down:"
+echo "  make clean-lab      # removes the container $name (the build cache stays)"
