@@ -69,7 +69,7 @@ unit: venv
 	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) tests/unit
 
 integration: venv llama-server models lab-image
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) tests/integration
 
 molecule: venv lab-image llama-server models
 	source tests/lab/podman-env.sh; \

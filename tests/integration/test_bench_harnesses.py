@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -45,7 +46,11 @@ def exact_target(tmp_path_factory):
 
 
 def bench_port(exclude=()) -> int:
-    for port in BENCH_PORTS:
+    # Under pytest-xdist each worker scans from its own offset (gw0 18500, gw1 18525, ...):
+    # between this probe and the server's bind another worker would see the same port free.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    offset = (int(worker[2:]) if worker[2:].isdigit() else 0) * 25 % len(BENCH_PORTS)
+    for port in list(BENCH_PORTS[offset:]) + list(BENCH_PORTS[:offset]):
         if port in exclude:
             continue
         with socket.socket() as s:

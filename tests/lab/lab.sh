@@ -76,6 +76,18 @@ for w in r["warnings"]:
     print("  warning: " + w)
 print("deploy's completion: %s" % (r["completion"] or "(none)"))
 PY
+# The release the deploy built in the container, and how much of it the host's
+# ccache gave (tests/lab/build-llama-server.sh compiled the same objects).
+podman exec "$name" cat /opt/llama.cpp/current/BUILD_STAMP.json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    o = json.load(sys.stdin)["outputs"]
+except ValueError:
+    sys.exit(0)
+s = o.get("ccache_stats") or {}
+hits = s.get("direct_cache_hit", 0) + s.get("preprocessed_cache_hit", 0)
+print("llama.cpp:  built in the container in %ss (ccache: %d hits, %d misses)"
+      % (round(o.get("build_seconds", 0)), hits, s.get("cache_miss", 0)))' || true
 echo "completion now:      ${answer:-(needs the API key: set LLAMA_API_KEY and run the curl line)}"
 echo "talk to it:"
 echo "  $curl_line"

@@ -6,8 +6,11 @@ ccache, its log beside it, and nothing compiled since (the idempotence run and t
 dry runs only read).
 """
 import json
+import os
 import re
 import shlex
+
+import pytest
 
 PREFIX = "/opt/llama.cpp"
 CCACHE_DIR = "/var/cache/llama-cpp-build/ccache"
@@ -111,6 +114,19 @@ def test_built_by_the_service_user_with_ccache(host):
     assert stats["direct_cache_hit"] + stats["preprocessed_cache_hit"] + stats["cache_miss"] > 100, stats
     assert host.file(SCRATCH).user == "llama"
     assert host.file(CCACHE_DIR).user == "llama"
+
+
+def test_every_object_came_from_the_host_builds_ccache(host):
+    # One llama.cpp compile per CI run: tests/lab/build-llama-server.sh compiled every
+    # object on the host with the sources at this same absolute path (the unity
+    # sources #include absolute paths); prepare.yml seeded that ccache here. Any miss
+    # means the two builds drifted apart (flags, layout, locale, compiler) and every
+    # in-container build in the CI (this scenario, default, make lab) compiles again.
+    if os.environ.get("DANKFLEET_COLD_BUILD") == "1":
+        pytest.skip("DANKFLEET_COLD_BUILD=1: the ccache started empty on purpose")
+    stats = stamp(host)["outputs"]["ccache_stats"]
+    assert stats["direct_cache_hit"] + stats["preprocessed_cache_hit"] > 100, stats
+    assert stats["cache_miss"] == 0, stats
 
 
 def test_build_log_kept_beside_the_release(host):
