@@ -5,6 +5,12 @@
 # Extra arguments go to ansible-test (e.g. --test validate-modules).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# ansible-test keeps its sanity venvs under ~/.ansible/test and removes and
+# recreates them as it goes: two checkouts running sanity at once on one machine
+# (helpers, CI runners) break each other's ("Directory not empty"). A HOME per
+# checkout, as `make lint` has; pip's settings come from the environment or /etc.
+export HOME="$repo/.lab/sanity-home"
+mkdir -p "$HOME"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 dest="$tmp/ansible_collections/dankfleet/llm"
