@@ -84,7 +84,7 @@ class Lab:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, llama_prefix, lab_models):
     if not shutil.which("podman"):
-        pytest.fail("podman is not installed: apt-get install -y podman runc (see .ci/run)", pytrace=False)
+        pytest.fail("podman is not installed: run `make host-deps` (tests/lab/host-deps.sh lists the OS packages)", pytrace=False)
     env = _podman_env()
     if subprocess.run(["podman", "image", "exists", IMAGE], env=env).returncode != 0:
         pytest.fail(f"lab image {IMAGE} is missing: run `make lab-image` (tests/lab/build-image.sh)", pytrace=False)
