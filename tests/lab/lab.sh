@@ -56,11 +56,12 @@ if [[ $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key
   # shellcheck disable=SC2016 # printed for the user's shell to expand
   auth=' -H "Authorization: Bearer $LLAMA_API_KEY"'
 fi
-body="{\"model\": \"$alias_\", \"messages\": [{\"role\": \"user\", \"content\": \"Say hello.\"}], \"max_tokens\": 16}"
+body="{\"model\": \"$alias_\", \"messages\": [{\"role\": \"user\", \"content\": \"Say hello.\"}], \"max_tokens\": 16, \"temperature\": 0}"
 curl_line="curl -s $url/chat/completions -H 'Content-Type: application/json'$auth -d '$body'"
 answer=""
 if [[ -z $auth ]]; then
-  answer=$(curl -s "$url/chat/completions" -H 'Content-Type: application/json' -d "$body" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["choices"][0]["message"]["content"].strip(), "[%s tokens]" % d["usage"]["completion_tokens"])') \
+  answer=$(curl -s "$url/chat/completions" -H 'Content-Type: application/json' -d "$body" | python3 -c 'import json,sys; d=json.load(sys.stdin); t=d["choices"][0]["message"]["content"].strip()
+print("".join(c if c.isprintable() else "?" for c in t), "[%s tokens]" % d["usage"]["completion_tokens"])') \
     || answer="(no answer: $?)"
 fi
 phase "completion from the endpoint"
@@ -74,7 +75,9 @@ for line in r["table"].splitlines():
     print("  " + line)
 for w in r["warnings"]:
     print("  warning: " + w)
-print("deploy's completion: %s" % (r["completion"] or "(none)"))
+text = "".join(c if c.isprintable() else "?" for c in r["completion"])
+print("deploy's completion: %s" % (text or "(none)"))
+print("  (the lab model has random weights: its words are noise, the tokens are real)")
 PY
 # The release the deploy built in the container, and how much of it the host's
 # ccache gave (tests/lab/build-llama-server.sh compiled the same objects).

@@ -24,13 +24,13 @@ MAKE=${MAKE:-make}
 table() {
   local total=$(( $(date +%s) - t0 ))
   printf '\n%s: where the time went\n' "$title"
-  printf '  %-34s %9s  %s\n' step seconds result
-  printf '  %-34s %9s  %s\n' ---- ------- ------
+  printf '  %-46s %9s  %s\n' step seconds result
+  printf '  %-46s %9s  %s\n' ---- ------- ------
   while IFS=$'\t' read -r secs status name; do
-    printf '  %-34s %9s  %s\n' "$name" "$secs" "$status"
+    printf '  %-46s %9s  %s\n' "$name" "$secs" "$status"
   done < "$rows"
-  [[ -n $current ]] && printf '  %-34s %9s  %s\n' "$current" - interrupted
-  printf '  %-34s %9s  %s\n' total "$total" "$( ((rc == 0)) && echo ok || echo FAILED)"
+  [[ -n $current ]] && printf '  %-46s %9s  %s\n' "$current" - interrupted
+  printf '  %-46s %9s  %s\n' total "$total" "$( ((rc == 0)) && echo ok || echo FAILED)"
 }
 trap 'table; rm -f "$rows" "$rows".sub' EXIT
 trap 'rc=130; exit 130' INT TERM
