@@ -23,6 +23,21 @@ phase() {
   phase_t0=$now
 }
 
+# The lab shares the host's network with every molecule scenario: the `default`
+# scenario deploys the same inventory (mirror 18170, endpoint 18470: inventory/lab
+# and the lab_model_mirror role defaults; docs/DEVELOPING.md ports). Starting the
+# lab beside it would break both; say who holds the ports instead.
+if [[ $(podman inspect -f '{{.State.Running}}' "$name" 2>/dev/null) != true ]]; then
+  for port in 18170 18470; do
+    holder=$(ss -ltnpH "sport = :$port" 2>/dev/null | sed -n 's/.*users:((\(.*\))).*/\1/p' | head -1)
+    if [[ -n $holder ]]; then
+      echo "lab: 127.0.0.1:$port is already held ($holder), and the lab container $name is not running:" >&2
+      echo "lab: another lab or the molecule 'default' scenario is using the lab's ports; wait for it, or stop it, then run make lab again." >&2
+      exit 1
+    fi
+  done
+fi
+
 if ! podman container exists "$name"; then
   podman run -d --name "$name" --hostname "$name" --systemd=always --network host --cap-add SYS_ADMIN \
     -v "$cache:/srv/dankfleet-cache:ro" "$image" /sbin/init >/dev/null
