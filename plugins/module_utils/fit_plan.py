@@ -719,7 +719,7 @@ def _evaluate(c, split, n_ctx_req):
         devs.append({"name": g["name"], "index": g["index"], "layers": 0, "layer_first": None, "layer_last": None,
                      "weights_bytes": 0, "kv_bytes": 0, "recurrent_bytes": 0, "draft_bytes": 0, "mmproj_bytes": 0,
                      "compute_bytes": 0, "overhead_bytes": 0, "has_attn": False, "has_swa": False,
-                     "has_layers": False, "n_ff": 0, "fa_kv_f16": 0})
+                     "has_layers": False, "n_ff": 0, "fa_kv_f16": 0, "fa_first": None})
     rs_row = int((m.get("recurrent_state") or {}).get("bytes_per_layer_per_seq") or 0)
     rs_rows = max(1, n_seq) * (1 + c.n_rs_seq)
     n_swa = int(m.get("sliding_window") or 0)
@@ -735,14 +735,22 @@ def _evaluate(c, split, n_ctx_req):
         d["layer_last"] = il
         d["weights_bytes"] += int(L["tensor_bytes"])
         d["n_ff"] = max(d["n_ff"], int(L.get("n_ff") or c.n_ff or 0))
-        if kind == "attention":
-            d["kv_bytes"] += _kv_row(L, s) * n_ctx_seq * n_stream
-            d["has_attn"] = True
-            d["fa_kv_f16"] = max(d["fa_kv_f16"], _fa_kv_f16(L, s, n_ctx_seq * n_stream))
-        elif kind == "swa":
-            d["kv_bytes"] += _kv_row(L, s) * swa_n * n_stream
-            d["has_swa"] = True
-            d["fa_kv_f16"] = max(d["fa_kv_f16"], _fa_kv_f16(L, s, swa_n * n_stream))
+        if kind in ("attention", "swa"):
+            cells = n_ctx_seq if kind == "attention" else swa_n
+            d["kv_bytes"] += _kv_row(L, s) * cells * n_stream
+            d["has_attn" if kind == "attention" else "has_swa"] = True
+            fa_copy = _fa_kv_f16(L, s, cells * n_stream)
+            if _is_rpc(c.gpus[slots[il]]):
+                # ggml-rpc caches get_alloc_size by the output tensor's shape and op params, not its sources
+                # (ggml-rpc.cpp ggml_backend_rpc_buffer_type_get_alloc_size): every FA node on an RPC device is
+                # sized like the device's FIRST one. A sliding-window layer first (gemma3: 5 of every 6) hands
+                # its window-sized f16 K/V copies to the full-attention layers after it (measured: 940 MiB
+                # less than the full-context copy at 131072, tests/fixtures/llamacpp/b11434-cuda-h200-swa)
+                if d["fa_first"] is None:
+                    d["fa_first"] = fa_copy
+                    d["fa_kv_f16"] = fa_copy
+            else:
+                d["fa_kv_f16"] = max(d["fa_kv_f16"], fa_copy)
         elif kind == "recurrent":
             d["recurrent_bytes"] += rs_row * rs_rows
     od = devs[out_dev]

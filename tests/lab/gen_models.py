@@ -567,6 +567,23 @@ def _q8_0_tile(seed: int, kind: str, n_in: int) -> np.ndarray:
     return gguf.quants.quantize(vals.astype(np.float32), GGMLQuantizationType.Q8_0).reshape(-1)
 
 
+def _tile_rows(tile: np.ndarray, nbytes: int, shape: list[int], seed: int) -> np.ndarray:
+    """The tile repeated to nbytes, each row's block scales multiplied by its own factor in [0.5, 1.5).
+
+    A repeated tile alone gives rows that repeat (a 248320-row output matrix holds each row ~60 times),
+    so logits tie exactly and greedy decoding picks among equals by kernel order: spec and no-spec then
+    disagree for no reason of their own (measured on the H200, issue 19). The per-row factor keeps every
+    row distinct at the cost of one pass over the scales."""
+    block_bytes = gguf.GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1]
+    data = np.resize(tile, nbytes)
+    blocks = data.reshape(-1, block_bytes)
+    rows = shape[1] if len(shape) > 1 else 1
+    d = blocks[:, :2].copy().view(np.float16).reshape(rows, -1)
+    factor = (0.5 + np.random.RandomState(seed).random_sample((rows, 1))).astype(np.float32)
+    blocks[:, :2] = (d.astype(np.float32) * factor).astype(np.float16).reshape(-1, 1).view(np.uint8)
+    return data
+
+
 def _store(values: np.ndarray, role: str, shape: list[int], qtype: GGMLQuantizationType):
     """(array to write, stored ggml type). Norms, SSM scalars and conv kernels stay f32;
     q8_0 falls back to f16 where the row length is not a multiple of its 32-wide block."""
@@ -666,7 +683,7 @@ def write_model(kind: str, path, scale: str = "small", header_only: bool = False
                 # fill="tile": one seeded block tile per input width, repeated (GiB-scale models in seconds)
                 if shape[0] not in tiles:
                     tiles[shape[0]] = _q8_0_tile(params["seed"], kind, shape[0])
-                data = np.resize(tiles[shape[0]], nbytes)
+                data = _tile_rows(tiles[shape[0]], nbytes, shape, _tensor_seed(params["seed"], kind, name))
             else:
                 data, _ = _store(_values(params["seed"], kind, name, shape, role), role, shape, qtype)
             w.write_tensor_data(data)
