@@ -53,8 +53,8 @@ render() {   # render DIR [extra -e JSON]
 }
 render serve27
 render serve27-svb -e '{"llama_server_spec_type": []}'
-for v in nospec:[]:3 mtp1:[draft-mtp]:1 mtp2:[draft-mtp]:2 mtp3:[draft-mtp]:3 ngram:[ngram-mod]:3 \
-         mtp3ngram:[draft-mtp,ngram-mod]:3; do
+for v in 'nospec:[]:3' 'mtp1:[draft-mtp]:1' 'mtp2:[draft-mtp]:2' 'mtp3:[draft-mtp]:3' 'ngram:[ngram-mod]:3' \
+         'mtp3ngram:[draft-mtp,ngram-mod]:3'; do
   IFS=: read -r name types nmax <<< "$v"
   types=$(sed 's/\[\]/[]/; s/\[\(.\+\)\]/["\1"]/; s/,/","/g' <<< "$types")
   render "serve27-spec/$name" -e "{\"llama_server_spec_type\": $types, \"llama_server_spec_draft_n_max\": $nmax, \"llama_server_ctx_size\": 262144}"
