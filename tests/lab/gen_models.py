@@ -562,8 +562,8 @@ def _q8_0_tile(seed: int, kind: str, n_in: int) -> np.ndarray:
     Q8_0 matrix of that width: the bytes are valid Q8_0 and the magnitudes those of fill="random",
     which is all a throughput or memory measurement reads (random weights make no language model)."""
     block = gguf.GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][0]
-    vals = _values(seed, kind, f"tile:{n_in}", [block * TILE_BLOCKS], "matrix") * (math.sqrt(block * TILE_BLOCKS)
-                                                                                 / math.sqrt(n_in))
+    widen = math.sqrt(block * TILE_BLOCKS) / math.sqrt(n_in)        # the bound of width n_in, not the tile's
+    vals = _values(seed, kind, f"tile:{n_in}", [block * TILE_BLOCKS], "matrix") * widen
     return gguf.quants.quantize(vals.astype(np.float32), GGMLQuantizationType.Q8_0).reshape(-1)
 
 
