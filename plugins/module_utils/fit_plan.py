@@ -250,6 +250,21 @@ PROFILES = {
 }
 
 
+# What a ggml-rpc-server process takes on its device beyond the buffers llama.cpp prints, per the worker's
+# backend (a device in gpus with rpc_backend set is charged this instead of the profile's device_overhead):
+#   cpu   measured: b11434 CPU + RPC build (~/.cache/dankfleet/llama-b11434-cpu-rpc): the idle server's VmRSS is
+#         5.7 MiB, and with the lab's dense-llama (ctx 8192) and qwen35-hybrid (ctx 65536) on it and a first
+#         request served it grew by less than the buffers it holds (benchmarks/rpc_worker_overhead.py): 8 MiB
+#   cuda  measured with the cuda profile: an idle ggml-rpc-server's CUDA context 518 MiB, 603-621 MiB per process
+#         after a first request (the profile's device_overhead_bytes, taken over CUDA0 and RPC0 alike)
+#   hip   the hip profile's prior (an idle HIP context); not measured over RPC
+RPC_SERVER_OVERHEAD_BYTES = {
+    "cpu": 8 * MIB,
+    "cuda": 624 * MIB,
+    "hip": 300 * MIB,
+}
+
+
 class FitPlanError(ValueError):
     """Malformed input: the message names the field and what would fix it."""
 
@@ -305,7 +320,10 @@ def _gpu_list(gpus):
         gbps = g.get("narrowest_link_gbps", pcie.get("narrowest_link_gbps"))
         out.append({"name": str(name), "index": len(out), "vram_total_bytes": total, "vram_reserved_bytes": reserved,
                     "narrowest_link_width": width, "narrowest_link_gbps": gbps,
-                    "device": g.get("device") or g.get("llama_device")})
+                    "device": g.get("device") or g.get("llama_device"),
+                    # a device on another host (llama.cpp RPC, see rpc_fleet.rpc_devices): where it is, and the
+                    # worker's own backend, whose ggml-rpc-server overhead it is charged (RPC_SERVER_OVERHEAD_BYTES)
+                    "host": g.get("host"), "endpoint": g.get("endpoint"), "rpc_backend": g.get("rpc_backend")})
     if not out:
         excluded = " (integrated GPUs excluded: %s)" % ", ".join(skipped) if skipped else ""
         raise FitPlanError("gpus: no usable GPU%s -- this host has nothing to split the model over; plan for a "
@@ -939,7 +957,9 @@ def _evaluate(c, split, n_ctx_req):
 
     rows = []
     for d, g in zip(devs, c.gpus):
-        d["overhead_bytes"] = int(prof["device_overhead_bytes"]
+        base = RPC_SERVER_OVERHEAD_BYTES[g["rpc_backend"]] if g.get("rpc_backend") in RPC_SERVER_OVERHEAD_BYTES \
+            else prof["device_overhead_bytes"]
+        d["overhead_bytes"] = int(base
                                   + (prof.get("draft_overhead_bytes", 0) if d["index"] in drafter_devs else 0)
                                   + (prof.get("mtp_overhead_bytes", 0) if d["index"] in mtp_devs else 0))
         total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
@@ -952,6 +972,8 @@ def _evaluate(c, split, n_ctx_req):
                     "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
                     "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
                     "holds_output": d["index"] == out_dev})
+        if g.get("host"):
+            row.update(host=g["host"], endpoint=g.get("endpoint"), rpc_backend=g.get("rpc_backend"))
         if d["index"] in detail:
             row["draft_detail"] = detail[d["index"]]
         rows.append(row)
@@ -1256,6 +1278,15 @@ def _table(c, chosen, evs, floor):
         cells += ["%s GiB" % _gib(r["free_bytes"]) for r in e["devices"]]
         cells += ["%s" % _gib(e["gap_bytes"]), ("yes" if _passes(e, floor) else "no") + mark]
         lines.append(" | ".join(cells))
+    if chosen is not None and any(g.get("host") for g in c.gpus):
+        # across hosts: which host holds which blocks at the chosen split
+        for r, g in zip(chosen["devices"], c.gpus):
+            where = ("%s (%s, %s %s)" % (g["host"], g.get("endpoint") or "?", g.get("rpc_backend") or "?",
+                                         "ggml-rpc-server") if g.get("host") else "this host")
+            blocks = ("blocks %d-%d" % tuple(r["layer_range"]) if r["layer_range"] else "no blocks") + (
+                " + output" if r["holds_output"] else "")
+            lines.append("%s = %s on %s: %s, %s GiB free" % (names[r["index"]], g["name"], where, blocks,
+                                                            _gib(r["free_bytes"])))
     return "\n".join(lines)
 
 
