@@ -39,7 +39,6 @@ except ImportError:  # pragma: no cover - only when the collection is not on the
     rpc_fleet = None
 
 
-
 def _call(name, fn, *args):
     if rpc_fleet is None:
         raise AnsibleFilterError("dankfleet.llm.%s: plugins/module_utils/rpc_fleet.py could not be imported" % name)
@@ -47,7 +46,6 @@ def _call(name, fn, *args):
         return fn(*args)
     except rpc_fleet.RpcFleetError as exc:
         raise AnsibleFilterError("dankfleet.llm.%s: %s; nothing was changed" % (name, exc))
-
 
 
 def rpc_address_refusal(addr):

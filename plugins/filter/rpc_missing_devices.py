@@ -43,7 +43,6 @@ except ImportError:  # pragma: no cover - only when the collection is not on the
     rpc_fleet = None
 
 
-
 def _call(name, fn, *args):
     if rpc_fleet is None:
         raise AnsibleFilterError("dankfleet.llm.%s: plugins/module_utils/rpc_fleet.py could not be imported" % name)

@@ -1281,12 +1281,14 @@ def _table(c, chosen, evs, floor):
     if chosen is not None and any(g.get("host") for g in c.gpus):
         # across hosts: which host holds which blocks at the chosen split
         for r, g in zip(chosen["devices"], c.gpus):
-            where = ("%s (%s, %s %s)" % (g["host"], g.get("endpoint") or "?", g.get("rpc_backend") or "?",
-                                         "ggml-rpc-server") if g.get("host") else "this host")
-            blocks = ("blocks %d-%d" % tuple(r["layer_range"]) if r["layer_range"] else "no blocks") + (
-                " + output" if r["holds_output"] else "")
-            lines.append("%s = %s on %s: %s, %s GiB free" % (names[r["index"]], g["name"], where, blocks,
-                                                            _gib(r["free_bytes"])))
+            where = "this host"
+            if g.get("host"):
+                where = "%s (%s, %s ggml-rpc-server)" % (g["host"], g.get("endpoint") or "?", g.get("rpc_backend") or "?")
+            blocks = "blocks %d-%d" % tuple(r["layer_range"]) if r["layer_range"] else "no blocks"
+            if r["holds_output"]:
+                blocks += " + output"
+            lines.append("%s = %s on %s: %s, %s GiB free"
+                         % (names[r["index"]], g["name"], where, blocks, _gib(r["free_bytes"])))
     return "\n".join(lines)
 
 

@@ -10,7 +10,8 @@ for _p in (os.path.join(REPO, "benchmarks"), os.path.join(REPO, "plugins", "modu
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-testinfra_hosts = ["dankfleet-rpc-worker", "dankfleet-rpc-head"]
+# podman exec, not an ansible run per command: the checks take seconds, not minutes
+testinfra_hosts = ["podman://dankfleet-rpc-worker", "podman://dankfleet-rpc-head"]
 CACHE = os.environ.get("DANKFLEET_CACHE", os.path.expanduser("~/.cache/dankfleet"))
 
 
