@@ -54,8 +54,9 @@ def _workers(hosts):
         facts = hv.get("ansible_facts") or {}
         gpus = hv.get("gpu_facts")
         backend = hv.get("llama_rpc_worker_backend") or "cpu"
-        if backend == "cpu" and facts.get("memtotal_mb"):
-            gpus = [{"name": "CPU", "vram_total_bytes": int(facts["memtotal_mb"]) * MIB}]
+        memtotal = facts.get("memtotal_mb") or hv.get("ansible_memtotal_mb")
+        if backend == "cpu" and memtotal:
+            gpus = [{"name": "CPU", "vram_total_bytes": int(memtotal) * MIB}]
         out.append({"host": hv.get("inventory_hostname"), "address": hv.get("dankfleet_private_address"),
                     "devices": hv.get("llama_rpc_worker_devices"), "backend": backend, "gpus": gpus})
     return out
