@@ -214,10 +214,10 @@ def main():
                             check_mode=module.check_mode, comments=params['comments'])
     except TrashError as exc:
         module.fail_json(msg=str(exc))
-    for dup in result.get('duplicates') or []:
-        module.warn('%s and %s name the same file %s: it moved once' % (dup['same_as'], dup['given'], dup['path']))
     except (IOError, OSError) as exc:
         module.fail_json(msg='%s: %s' % (getattr(exc, 'filename', None) or params['trash_dir'], exc))
+    for dup in result.get('duplicates') or []:
+        module.warn('%s and %s name the same file %s: it moved once' % (dup['same_as'], dup['given'], dup['path']))
     module.exit_json(**result)
 
 
