@@ -264,15 +264,20 @@ MAX_INPUT_NUMBER = 2 ** 53
 MAX_INPUT_DEPTH = 16
 
 
+# Subtrees of gguf_info's result the planner never reads: the raw metadata dump and the tensor table.
+UNREAD_FACTS = ("metadata", "tensors")
+
+
 def check_inputs(**inputs):
-    """Refuse, naming where, a non-finite or out-of-range number, a negative fact, or absurd nesting.
+    """Refuse, naming where, a non-finite or out-of-range number, a negative size, or absurd nesting.
 
     Runs before anything is computed, so no NaN reaches a split and no huge number an OverflowError.
-    Negative numbers are refused in facts (gpus, model, drafter, mmproj); serve has its own per-field rules.
+    Negative numbers are refused in the GGUF facts (model, drafter, mmproj) and in the byte counts of
+    gpus; serve has its own per-field rules. gguf_info's raw metadata and tensor table are not read.
     """
-    stack = [(name, value, 0) for name, value in sorted(inputs.items())]
+    stack = [(name, name, value, 0) for name, value in sorted(inputs.items())]
     while stack:
-        where, value, depth = stack.pop()
+        root, where, value, depth = stack.pop()
         if depth > MAX_INPUT_DEPTH:
             raise FitPlanError("%s is nested deeper than %d levels: not gpu_facts/gguf_info output or a serve dict"
                                % (where, MAX_INPUT_DEPTH))
@@ -284,14 +289,15 @@ def check_inputs(**inputs):
             if abs(value) > MAX_INPUT_NUMBER:
                 raise FitPlanError("%s is %r, out of range (more than 2**53): not a real size or count"
                                    % (where, value))
-            if value < 0 and not where.startswith(("serve", "host_ram_bytes")):
-                raise FitPlanError("%s is %r: a fact from gpu_facts/gguf_info is never negative; pass the module's "
-                                   "result unmodified" % (where, value))
+            if value < 0 and (root in ("model", "drafter", "mmproj") or (root == "gpus" and "bytes" in where)):
+                raise FitPlanError("%s is %r: a size or count from gpu_facts/gguf_info is never negative; pass the "
+                                   "module's result unmodified" % (where, value))
             continue
         if isinstance(value, dict):
-            stack.extend(("%s.%s" % (where, k), v, depth + 1) for k, v in value.items())
+            stack.extend((root, "%s.%s" % (where, k), v, depth + 1) for k, v in value.items()
+                         if not (depth == 0 and root != "gpus" and k in UNREAD_FACTS))
         elif isinstance(value, (list, tuple)):
-            stack.extend(("%s[%d]" % (where, i), v, depth + 1) for i, v in enumerate(value))
+            stack.extend((root, "%s[%d]" % (where, i), v, depth + 1) for i, v in enumerate(value))
 
 
 def _int_field(d, key, where, default=None, minimum=None, required=False):

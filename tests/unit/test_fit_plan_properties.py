@@ -78,7 +78,8 @@ def _set(doc, path, value):
        scalars)
 def test_one_bad_value_in_real_facts_is_named_or_harmless(model_leaf, model_value, serve_key, serve_value):
     result = _call(lib.r9700s(), _set(MODEL, model_leaf, model_value), SERVE)
-    if isinstance(model_value, (int, float)) and not isinstance(model_value, bool) and (
+    if model_leaf[0] not in ("metadata", "tensors") and isinstance(model_value, (int, float)) \
+            and not isinstance(model_value, bool) and (
             not math.isfinite(model_value) or model_value < 0 or abs(model_value) > 2 ** 53):
         assert result is None, "%r at model%s was planned: %s" % (model_value, list(model_leaf), result["fits"])
     _call(lib.r9700s(), MODEL, dict(SERVE, **{serve_key: serve_value}))
@@ -104,3 +105,9 @@ def test_nan_in_the_facts_is_named():
         fit_plan_filter(gpus, model=MODEL, serve=SERVE)
     with pytest.raises(AnsibleFilterError, match=r"model\.layers\[3\]\.tensor_bytes is -1"):
         fit_plan_filter(lib.r9700s(), model=_set(MODEL, ("layers", 3, "tensor_bytes"), -1), serve=SERVE)
+
+
+def test_the_raw_metadata_dump_is_not_judged():
+    """gguf_info's metadata dump carries whatever the file holds (a NaN in an unused key): the planner never reads it."""
+    model = dict(MODEL, metadata={"general.some_float": float("nan"), "x.offset": -1})
+    assert isinstance(fit_plan_filter(lib.r9700s(), model=model, serve=SERVE)["fits"], bool)
