@@ -191,8 +191,8 @@ class _Stream(object):
         n = self.unpack("Q", what + " (length)")
         if n > self.remaining:
             raise GGUFError(self.path, "corrupt or truncated: %s at offset %d claims %d bytes, more than the %d bytes "
-                            "left in the file (%d bytes): expected a string length that fits" % (what, self.pos - 8, n, self.remaining,
-                                                                                     self.file_size))
+                            "left in the file (%d bytes): expected a string length that fits"
+                            % (what, self.pos - 8, n, self.remaining, self.file_size))
         if maximum is not None and n > maximum:
             raise GGUFError(self.path, "corrupt: %s at offset %d is %d bytes long, expected at most %d"
                             % (what, self.pos - 8, n, maximum))

@@ -326,8 +326,8 @@ def format_manifest(file_rows, unit_rows, comments=()):
     lines.extend('# %s' % c for c in comments)
     lines.append('# ' + '\t'.join(FILE_COLUMNS))
     for row in file_rows:
-        lines.append('\t'.join([row['kind']] + [row.get(c) or row['path'] if c == 'given' else row[c]
-                                                 for c in FILE_COLUMNS[1:]]))
+        cells = [(row.get(c) or row['path']) if c == 'given' else row[c] for c in FILE_COLUMNS[1:]]
+        lines.append('\t'.join([row['kind']] + cells))
     lines.append('# ' + '\t'.join(UNIT_COLUMNS))
     for row in unit_rows:
         lines.append('\t'.join(['unit'] + [row.get(c) or '-' for c in UNIT_COLUMNS[1:]]))
