@@ -36,6 +36,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,11 @@ class Case:
         self.check = check            # fn(result) -> None or a problem, for an expected success
         self.check_mode = check_mode
         self.extra_vars = extra_vars
+
+
+def _s(text):
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
 
 
 def _gguf_cases(tmp):
@@ -128,12 +134,41 @@ def _gguf_cases(tmp):
                           check=None if pattern else tiny))
     fifo = os.path.join(tmp, "model.fifo")
     os.mkfifo(fifo)
+    # sparse files: a few header bytes, then 64 GiB of holes the counts and lengths may claim
+    sparse = {}
+    for name, head in (("sparse_string_64g.gguf", b"GGUF" + struct.pack("<Iqq", 3, 0, 1) + _s("general.name")
+                        + struct.pack("<IQ", 8, 60 << 30)),
+                       ("sparse_zero_tensors.gguf", b"GGUF" + struct.pack("<Iqq", 3, 60000, 0)),
+                       ("sparse_array_2e21.gguf", b"GGUF" + struct.pack("<Iqq", 3, 0, 1) + _s("x.big")
+                        + struct.pack("<IIQ", 9, 10, (1 << 21) + 1))):
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as fh:
+            fh.write(head)
+            fh.truncate(64 << 30)
+        sparse[name] = path
+    # three 2M-element u64 arrays of zeros (holes): each within the per-array bound, together past the total
+    path = sparse["sparse_arrays_total.gguf"] = os.path.join(tmp, "sparse_arrays_total.gguf")
+    with open(path, "wb") as fh:
+        fh.write(b"GGUF" + struct.pack("<Iqq", 3, 0, 3))
+        for i in range(3):
+            fh.write(_s("x.a%d" % i) + struct.pack("<IIQ", 9, 10, 2000000))
+            fh.seek(2000000 * 8, os.SEEK_CUR)
+        fh.truncate(64 << 30)
     cases += [
         Case("gguf_info FIFO", "dankfleet.llm.gguf_info", {"path": fifo}, refuse=r"is a FIFO \(named pipe\), not a regular"),
         Case("gguf_info /dev/zero", "dankfleet.llm.gguf_info", {"path": "/dev/zero"}, refuse=r"/dev/zero: is a character device"),
         Case("gguf_info /dev/urandom", "dankfleet.llm.gguf_info", {"path": "/dev/urandom"}, refuse=r"is a character device"),
         Case("gguf_info directory", "dankfleet.llm.gguf_info", {"path": tmp}, refuse=r"is a directory, not a regular"),
         Case("gguf_info missing", "dankfleet.llm.gguf_info", {"path": tmp + "/nope.gguf"}, refuse=r"nope.gguf: cannot open"),
+        Case("gguf_info sparse: a 60 GiB string", "dankfleet.llm.gguf_info", {"path": sparse["sparse_string_64g.gguf"]},
+             refuse=r"metadata 'general.name' at offset 48 is \d+ bytes long, expected at most 16777216"),
+        Case("gguf_info sparse: 60000 zeroed tensor infos", "dankfleet.llm.gguf_info",
+             {"path": sparse["sparse_zero_tensors.gguf"]}, refuse=r"the name of tensor #0 at offset 24 is empty"),
+        Case("gguf_info sparse: a 2M-element array", "dankfleet.llm.gguf_info", {"path": sparse["sparse_array_2e21.gguf"]},
+             refuse=r"metadata 'x.big' at offset \d+ claims 2097153 elements, expected at most 2097152"),
+        Case("gguf_info sparse: arrays past the total", "dankfleet.llm.gguf_info",
+             {"path": sparse["sparse_arrays_total.gguf"]},
+             refuse=r"metadata 'x.a2' at offset \d+ brings the header's array elements to 6000000, expected at most"),
         Case("gpu_facts facts_file FIFO", "dankfleet.llm.gpu_facts", {"facts_file": fifo},
              refuse=r"facts_file .*model.fifo: is a FIFO"),
         Case("gpu_facts facts_file /dev/zero", "dankfleet.llm.gpu_facts", {"facts_file": "/dev/zero"},
@@ -200,6 +235,9 @@ def _fetch_cases(tmp, base, sha):
         Case("gguf_fetch wrong bytes", "dankfleet.llm.gguf_fetch", args("wrong", "wrong-bytes"),
              refuse=r"sha256 mismatch after download"),
         Case("gguf_fetch 404", "dankfleet.llm.gguf_fetch", args("404", "404"), refuse=r"HTTP 404 from"),
+        Case("gguf_fetch dribbling server (2 KB/s)", "dankfleet.llm.gguf_fetch",
+             args("dribble", "rate-2000", retries=1, timeout=2),
+             refuse=r"slower than 16384 bytes in 2.0s .* without progress"),
     ]
 
 

@@ -20,7 +20,9 @@ The contract, in the order fetch() applies it:
 * A 200 answer to a Range request restarts the .part from zero; 416 on a
   complete .part goes straight to verification; connection loss, stalls
   (timeout) and 5xx are retried with exponential backoff.
-* A fetch always ends: progress is new bytes beyond the furthest byte any
+* A fetch always ends: an attempt receiving fewer than MIN_PROGRESS_BYTES in
+  any `timeout` seconds is cut off and retried (a dribbling server), and
+  progress is new bytes beyond the furthest byte any
   earlier attempt reached (at least MIN_PROGRESS_BYTES of them, or the rest
   of the file), so a server that restarts every range from byte 0 or lies
   about lengths uses up the retry budget; the attempts of one run are capped
@@ -428,6 +430,24 @@ def _parse_content_range(value):
             None if n == "*" else int(n))
 
 
+def _read_some(resp, view):
+    """Read at most len(view) bytes with at most one recv; 0 at the end of the body.
+
+    A body of known length is read straight into view (BufferedReader.readinto1, the length kept the way
+    HTTPResponse keeps it); a chunked one through read1 and a copy.
+    """
+    fp = getattr(resp, "fp", None)
+    if not getattr(resp, "chunked", True) and getattr(resp, "length", None) is not None and hasattr(fp, "readinto1"):
+        if not resp.length:
+            return 0
+        k = fp.readinto1(view[:resp.length])
+        resp.length -= k
+        return k
+    data = resp.read1(len(view))
+    view[:len(data)] = data
+    return len(data)
+
+
 class Fetcher:
     """One fetch of one file. fetch() below is the convenient entry point."""
 
@@ -699,13 +719,33 @@ class Fetcher:
         fd = state["fd"]
         got_total = 0
         t0 = time.monotonic()
+        # Low-speed limit (curl's --speed-limit/--speed-time): a server dribbling a byte just inside the
+        # timeout would otherwise hold one attempt for size x timeout seconds.
+        window_t, window_bytes = t0, 0
         try:
             while got_total < expect:
                 buf = hasher.get_buffer()
                 mv = memoryview(buf)
                 want = min(len(buf), expect - got_total)
+                n = 0
                 try:
-                    n = resp.readinto(mv[:want])
+                    # read1: at most one recv per call, so the clock is checked while a slow buffer fills
+                    # (readinto would block until the whole buffer arrived, however slowly)
+                    while n < want:
+                        k = _read_some(resp, mv[n:want])
+                        if not k:
+                            break
+                        n += k
+                        window_bytes += k
+                        now = time.monotonic()
+                        if now - window_t >= self.timeout:
+                            if window_bytes < MIN_PROGRESS_BYTES:
+                                raise _Retryable("slower than %d bytes in %ss (%d bytes) at byte %d"
+                                                 % (MIN_PROGRESS_BYTES, self.timeout, window_bytes, state["offset"]))
+                            window_t, window_bytes = now, 0
+                except _Retryable:
+                    hasher.give_back(buf)
+                    raise
                 except (socket.timeout, TimeoutError):
                     hasher.give_back(buf)
                     raise _Retryable("no data for %ss (stalled) at byte %d" % (self.timeout, state["offset"]))

@@ -37,10 +37,15 @@ GGML_MAX_NAME = 64
 QK_K = 256
 # Sane maxima, far above any real model (the largest have ~2k tensors, ~100 metadata keys,
 # ~260k-entry vocab arrays): a count beyond them is corruption, refused before any allocation.
-MAX_TENSORS = 1 << 20
+MAX_TENSORS = 1 << 16
 MAX_METADATA = 1 << 16
-MAX_ARRAY = 1 << 24
+MAX_ARRAY = 1 << 21
+MAX_ARRAY_ELEMENTS = 1 << 22       # all arrays together (a vocab, its merges, scores and types: ~1.3M)
 MAX_KEY_BYTES = 1 << 16
+MAX_STRING_BYTES = 1 << 24         # one metadata string (chat templates are tens of KiB)
+# The header (metadata and tensor table) of the largest real models is tens of MiB: a file that claims more
+# is refused there, so a sparse terabyte of zeros cannot keep the reader busy or fill memory.
+MAX_HEADER_BYTES = 1 << 28
 INT64_MAX = (1 << 63) - 1
 # The fewest bytes one entry can take: a metadata entry is a key (8-byte length + >= 1 byte),
 # a 4-byte type and a >= 1-byte value; a tensor info a name (8 + >= 1), n_dims (4), type (4), offset (8).
@@ -155,8 +160,12 @@ class _Stream(object):
         self.buf_pos = 0      # file offset of buf[0]
         self.pos = 0          # current file offset
         self.endian = "<"
+        self.array_elements = 0   # elements of all arrays so far (MAX_ARRAY_ELEMENTS)
 
     def _fill(self, n, what):
+        if self.pos + n > MAX_HEADER_BYTES:
+            raise GGUFError(self.path, "corrupt: reading %s at offset %d would take the header past %d bytes, expected "
+                            "a header (metadata and tensor table) smaller than that" % (what, self.pos, MAX_HEADER_BYTES))
         start = self.pos - self.buf_pos
         if start + n <= len(self.buf):
             return start
@@ -187,7 +196,7 @@ class _Stream(object):
     def remaining(self):
         return max(self.file_size - self.pos, 0)
 
-    def string(self, what, maximum=None):
+    def string(self, what, maximum=MAX_STRING_BYTES):
         n = self.unpack("Q", what + " (length)")
         if n > self.remaining:
             raise GGUFError(self.path, "corrupt or truncated: %s at offset %d claims %d bytes, more than the %d bytes "
@@ -274,6 +283,10 @@ def _read_value(st, type_id, what, depth=0):
     if count > MAX_ARRAY:
         raise GGUFError(st.path, "corrupt: %s at offset %d claims %d elements, expected at most %d"
                         % (what, st.pos - 8, count, MAX_ARRAY))
+    st.array_elements += count
+    if st.array_elements > MAX_ARRAY_ELEMENTS:
+        raise GGUFError(st.path, "corrupt: %s at offset %d brings the header's array elements to %d, expected at most %d"
+                        % (what, st.pos - 8, st.array_elements, MAX_ARRAY_ELEMENTS))
     if elem_fmt is not None:
         raw = st.read(min_size * count, what)
         values = list(struct.unpack("%s%d%s" % (st.endian, count, elem_fmt), raw)) if count else []
@@ -334,8 +347,15 @@ def read_gguf(path):
             raise GGUFError(path, "corrupt: general.alignment %d is not a power of 2" % align)
         g.alignment = align
         raw_tensors = []
+        seen_names = set()
         for i in range(n_tensors):
             name = st.string("name of tensor #%d" % i, maximum=MAX_KEY_BYTES)
+            if not name:
+                raise GGUFError(path, "corrupt: the name of tensor #%d at offset %d is empty, expected a tensor name"
+                                % (i, st.pos - 8))
+            if name in seen_names:
+                raise GGUFError(path, "corrupt: duplicate tensor name %r (tensor #%d at offset %d)" % (name, i, st.pos - 8))
+            seen_names.add(name)
             if len(name.encode("utf-8")) >= GGML_MAX_NAME:
                 raise GGUFError(path, "corrupt: tensor #%d name %r is %d bytes, ggml allows < %d"
                                 % (i, name, len(name.encode("utf-8")), GGML_MAX_NAME))

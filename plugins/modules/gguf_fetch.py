@@ -38,7 +38,8 @@ description:
     target on another host (the Hub redirects to a signed CDN URL).
   - Every redirect is held to the policy O(url) passed (http or https, a host, no
     https to http downgrade); one that fails it is refused, not followed.
-  - A fetch always ends. Progress is new bytes past the furthest byte an earlier
+  - A fetch always ends. An attempt that receives less than 16 KiB in any O(timeout) seconds
+    is cut off as too slow and retried (a server dribbling bytes); progress is new bytes past the furthest byte an earlier
     attempt reached (a server restarting every range at byte 0 makes none), a
     malformed C(Content-Length) or C(Content-Range) fails naming it, and one run
     makes at most (O(retries) + 1) x 20 attempts.
@@ -101,7 +102,8 @@ options:
   timeout:
     description:
       - Seconds to wait for a connection or for the next byte before the attempt
-        counts as stalled and is retried.
+        counts as stalled and is retried; an attempt that receives less than 16 KiB in
+        any such period counts as stalled too.
     type: float
     default: 30.0
   trash_dir:

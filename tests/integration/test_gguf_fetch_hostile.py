@@ -92,3 +92,13 @@ def test_dest_that_is_a_fifo_is_refused_without_blocking(served, tmp_path):
 def test_relative_trash_dir_is_refused(served, tmp_path):
     with pytest.raises(FetchError, match="trash_dir must be an absolute path"):
         run(served, tmp_path / "m.gguf", trash_dir="trash")
+
+
+def test_a_dribbling_server_is_cut_off(served, tmp_path):
+    """2 KB/s never trips the per-read timeout; the low-speed limit ends each attempt, progress never counts."""
+    t0 = time.monotonic()
+    with pytest.raises(FetchError) as e:
+        run(served, tmp_path / "m.gguf", url(served, "rate-2000"), retries=1, retry_delay=0.0, timeout=1.5)
+    assert "slower than 16384 bytes in 1.5s" in e.value.msg and "without progress" in e.value.msg
+    assert e.value.result["attempts"] == 2
+    assert time.monotonic() - t0 < 8
