@@ -62,10 +62,12 @@ _ROLE_FLAGS = (
     (("-mm", "--mmproj", "--no-mmproj", "-mmu", "--mmproj-url", "--mmproj-auto", "--no-mmproj-offload"),
      "llama_server_vision and llama_server_mmproj_path"),
     (("--api-key", "--api-key-file"), "llama_server_api_key"),
+    (("--rpc",), "llama_server_rpc (derived from the llm_rpc_workers group; the plan sizes its devices)"),
+    (("-lv", "--verbosity", "--log-verbosity"), "llama_server_log_verbosity"),
 )
 # Flags that move weights, KV or compute to places fit_plan does not size: no variable can set them.
 _UNPLANNED_FLAGS = (
-    "-ot", "--override-tensor", "-otd", "--override-tensor-draft", "-mg", "--main-gpu", "--rpc",
+    "-ot", "--override-tensor", "-otd", "--override-tensor-draft", "-mg", "--main-gpu",
     "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified", "-nkvo", "--no-kv-offload", "-cmoe", "--cpu-moe",
     "-ncmoe", "--n-cpu-moe", "-cmoed", "--cpu-moe-draft", "-ncmoed", "--n-cpu-moe-draft", "--swa-full",
     "-fitt", "--fit-target", "-fitc", "--fit-ctx", "-cd", "--ctx-size-draft",

@@ -25,13 +25,15 @@ LAUNCHER = os.path.join(lib.ROOT, "roles", "llama_server", "templates", "serve-l
     (["-np", "4"], "llama_server_parallel"),
     (["--port", "1"], "llama_server_port"),
     (["-md", "/x.gguf"], "llama_server_drafter_path"),
+    (["--rpc", "10.0.0.2:50052"], "llama_server_rpc"),
+    (["-lv", "5"], "llama_server_log_verbosity"),
 ])
 def test_planned_flags_are_named_with_their_variable(args, variable):
     problems = serve_shadowed(args)
     assert len(problems) == 1 and args[0] in problems[0] and "set %s" % variable in problems[0]
 
 
-@pytest.mark.parametrize("flag", ["-ot", "--override-tensor=blk.*=CPU", "--main-gpu", "--rpc", "--cpu-moe", "-nkvo"])
+@pytest.mark.parametrize("flag", ["-ot", "--override-tensor=blk.*=CPU", "--main-gpu", "--cpu-moe", "-nkvo"])
 def test_unplanned_placement_flags_are_named(flag):
     (problem,) = serve_shadowed([flag])
     assert "where fit_plan does not size them" in problem
