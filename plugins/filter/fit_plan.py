@@ -26,7 +26,8 @@ description:
     C(cpu) a first cut from llama-fit-params, C(cuda) a placeholder) kept in C(PROFILES) in
     C(plugins/module_utils/fit_plan.py).
   - Malformed input (missing fields, no GPU, a split whose length differs from the device count, an
-    architecture whose layers cannot be sized) fails the task with a message naming the field. A plan that
+    architecture whose layers cannot be sized, a NaN, infinite, negative or out-of-range number anywhere in the
+    facts, a negative O(serve.ctx_size)) fails the task with a message naming the field. A plan that
     does not fit, or breaks a speculative-decoding or cache-ram rule, is returned with O(fits=false) and the
     reasons in RV(_value.errors).
 positional: model, serve, drafter, mmproj, host_ram_bytes
@@ -37,6 +38,9 @@ options:
         optionally C(vram_reserved_bytes) (bytes not available to llama.cpp), or the result of
         M(dankfleet.llm.gpu_facts) as is (a dict with C(gpus)). Integrated GPUs (C(integrated=true)) are left out.
       - C(narrowest_link_width) / C(narrowest_link_gbps) (from gpu_facts) are used only by O(serve.lean_layers).
+      - C(host), C(endpoint) and C(rpc_backend) (from P(dankfleet.llm.rpc_devices#filter)) mark a device another host
+        lends over llama.cpp RPC (C(RPC0), ... first, in C(--rpc) order); it is charged its ggml-rpc-server own
+        overhead for that backend instead of the profile's device overhead, and the table names its host and blocks.
     type: raw
     required: true
   model:
@@ -216,7 +220,8 @@ _value:
       type: list
       elements: str
     table:
-      description: Text table, one row per candidate split -- C(-ts | GPU0 free | GPU1 free | gap | fits).
+      description: Text table, one row per candidate split -- C(-ts | GPU0 free | GPU1 free | gap | fits); with devices on
+        other hosts, then one line per device saying which host holds which blocks at the chosen split.
       type: str
     candidates:
       description: Every split evaluated, with free bytes per card and gap.
@@ -243,7 +248,8 @@ def fit_plan(gpus, model=None, serve=None, drafter=None, mmproj=None, host_ram_b
         return plan(gpus, model, serve, drafter=drafter, mmproj=mmproj, host_ram_bytes=host_ram_bytes)
     except FitPlanError as exc:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: %s" % exc)
-    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, OverflowError, IndexError,
+            RecursionError) as exc:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: malformed input (%s: %s); pass gpu_facts/gguf_info results "
                                  "and a serve dict as documented (ansible-doc -t filter dankfleet.llm.fit_plan)"
                                  % (type(exc).__name__, exc))
