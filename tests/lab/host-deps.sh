@@ -15,6 +15,8 @@ PACKAGES=(
   ccache build-essential cmake ninja-build git curl ca-certificates
   # what the tests call on the host: ss/ip, ps, readelf, shellcheck (sanity), promtool
   iproute2 procps binutils shellcheck prometheus
+  # nft -c checks the rpc worker allowlist (tests/unit/roles/test_llama_rpc_worker.py)
+  nftables
 )
 
 log() { printf 'host-deps: %s\n' "$*" >&2; }
