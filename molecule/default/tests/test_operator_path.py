@@ -3,7 +3,8 @@
 1. the endpoint is gated: unit active, no restarts, a real completion;
 2. `deploy-frank-medium.yml --check --diff` changes nothing on the host, proved by
    a recursive listing with checksums of every path the deploy touches, before and after;
-3. the rollback playbook refuses (nothing changed) without a known-good shape;
+3. the rollback playbook refuses (nothing changed) when neither a recorded gated shape nor the
+   inventory's shape is a layer split;
 4. from a deliberately retired state (the frank-medium unit retired into the trash,
    an impostor serving the port) the rollback playbook retires the impostor and
    brings back a gated layer-split endpoint.
@@ -73,11 +74,13 @@ def test_check_diff_changes_nothing(host):
     assert before == after
 
 
-def test_rollback_refuses_without_a_known_good_shape(host):
+def test_rollback_refuses_without_a_layer_split_shape(host):
     before = snapshot(host)
-    run = playbook("rollback-frank-medium.yml", "-e", "llama_server_state_dir=/var/lib/no-such-shape")
+    run = playbook("rollback-frank-medium.yml", "-e", "llama_server_state_dir=/var/lib/no-such-shape",
+                   "-e", "llama_server_split_mode=row")
     assert run.returncode != 0
-    assert "No known-good shape" in run.stdout and "Nothing was changed" in run.stdout
+    assert "No gated shape is recorded" in run.stdout and "not a layer split" in run.stdout
+    assert "Nothing was changed" in run.stdout
     assert snapshot(host) == before
 
 
