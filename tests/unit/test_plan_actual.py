@@ -416,3 +416,30 @@ def test_ansible_doc_renders():
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "state_dir" in proc.stdout and "underestimated" in proc.stdout
+
+
+# --------------------------------------------------------------------------- fit_accuracy --records
+
+
+def test_fit_accuracy_folds_collected_records(tmp_path, capsys):
+    """Records collected from two hosts fold into fit_accuracy's report: a total row per device and deploy
+    with the record's own bound, host reported; a miss is a FAIL and the exit status says so."""
+    for host, rocm0 in (("dankserver", int(30.7 * GIB)), ("frank-zealot", 32 * GIB)):
+        d = tmp_path / host / "var" / "lib" / "llama-server"
+        d.mkdir(parents=True)
+        pa.append_record(str(d / pa.RECORD_FILE), _record(tmp_path, actual_rocm0=rocm0))
+    rc = fit_accuracy.main(["--records", str(tmp_path), "--json"])
+    rows = [r for r in json.loads(capsys.readouterr().out) if r.get("backend")]
+    assert rc == 0 and len(rows) == 6
+    miss = [r for r in rows if not r["ok"]]
+    assert [(r["config"].split("/")[0], r["device"]) for r in miss] == [("frank-zealot", "ROCm0")]
+    assert miss[0]["error"] == int(30.5 * GIB) - 32 * GIB and miss[0]["bound"] == int(0.8 * GIB)
+    assert all(r["bound"] is None for r in rows if r["device"] == "host")
+    rc = fit_accuracy.main(["--records", str(tmp_path), "--failures"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "frank-zealot/var/lib/llama-server@2026-11-29T11:18:52Z ROCm0  total" in out
+    assert "records hip   devices    4  mean error" in out and "outside bound 1" in out
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / pa.RECORD_FILE).write_text("{}")
+    with pytest.raises(SystemExit, match="not the list of records"):
+        fit_accuracy.main(["--records", str(tmp_path)])
