@@ -183,8 +183,9 @@ def kfd_gpu_nodes(root):
         if not (props.get("simd_count", 0) > 0 or props.get("gfx_target_version", 0) > 0):
             continue
         loc = props.get("location_id")
-        bdf = None if loc is None else "%04x:%02x:%02x.%d" % (props.get("domain", 0), loc >> 8, (loc >> 3) & 0x1f,
-                                                               loc & 7)
+        bdf = None
+        if loc is not None:
+            bdf = "%04x:%02x:%02x.%d" % (props.get("domain", 0), loc >> 8, (loc >> 3) & 0x1f, loc & 7)
         nodes.append({"node": int(entry), "gpu_id": _read_int(root, "%s/%s/gpu_id" % (KFD_NODES, entry)),
                       "pci_address": bdf,
                       "integrated": props.get("cpu_cores_count", 0) > 0
@@ -443,8 +444,8 @@ def _mib(b):
 
 def table(rows):
     """The table the gate prints: one line per device, MiB."""
-    head = "%-8s %10s %10s %10s %10s %10s %10s %9s  %s" % ("device", "weights", "kv", "compute", "plan", "actual",
-                                                            "error", "bound", "verdict")
+    head = "%-8s %10s %10s %10s %10s %10s %10s %9s  %s" % (
+        "device", "weights", "kv", "compute", "plan", "actual", "error", "bound", "verdict")
     lines = [head]
     for r in rows:
         p = r["planned"] or {}
