@@ -44,9 +44,11 @@ options:
     choices: [hip, cuda, cpu]
     required: true
   pid:
-    description: The llama-server process (the unit's MainPID after the gate).
+    description: The llama-server process. One of O(pid) and O(service) is required.
     type: int
-    required: true
+  service:
+    description: The systemd unit whose MainPID is the llama-server process (read with C(systemctl show)).
+    type: str
   workers:
     description: RPC workers on this host, each the plan's device name and the worker's pid.
     type: list
@@ -75,6 +77,11 @@ options:
     description: The node-exporter textfile collector directory; empty = no textfile.
     type: path
     default: ''
+  textfile_dir_optional:
+    description: true = a O(textfile_dir) that does not exist is a warning and no textfile (a host without
+      node-exporter); false = it is an error.
+    type: bool
+    default: false
   textfile_name:
     description: File name of the textfile in O(textfile_dir).
     type: str
@@ -126,7 +133,7 @@ EXAMPLES = r'''
   dankfleet.llm.plan_actual:
     plan: "{{ llama_server_plan }}"
     backend: hip
-    pid: "{{ __mainpid.stdout | int }}"
+    service: llama-server.service
     env_file: /etc/llama-server/llama-server.env
     state_dir: /var/lib/llama-server
     textfile_dir: /var/lib/prometheus/node-exporter
@@ -144,6 +151,10 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+pid:
+  description: The llama-server process measured.
+  returned: always
+  type: int
 devices:
   description: One row per device (the plan's, then C(host)).
   returned: always
@@ -219,12 +230,14 @@ from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual a
 ARGUMENT_SPEC = dict(
     plan=dict(type='dict', default={}),
     backend=dict(type='str', required=True, choices=['hip', 'cuda', 'cpu']),
-    pid=dict(type='int', required=True),
+    pid=dict(type='int'),
+    service=dict(type='str'),
     workers=dict(type='list', elements='dict', default=[],
                  options=dict(device=dict(type='str', required=True), pid=dict(type='int', required=True))),
     env_file=dict(type='path', required=True),
     state_dir=dict(type='path', required=True),
     textfile_dir=dict(type='path', default=''),
+    textfile_dir_optional=dict(type='bool', default=False),
     textfile_name=dict(type='str', default=pa.TEXTFILE_NAME),
     gpus=dict(type='list', elements='dict', default=[]),
     visible_devices=dict(type='str', default=''),
@@ -255,10 +268,24 @@ def _nvidia_smi(module, args):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           required_one_of=[('pid', 'service')], mutually_exclusive=[('pid', 'service')])
     p = module.params
     backend = p['backend']
     warnings = []
+    pid = p['pid']
+    if p['service']:
+        rc, out, err = module.run_command(['systemctl', 'show', '--property=MainPID', '--value', p['service']])
+        if rc != 0 or not out.strip().isdigit() or int(out.strip()) == 0:
+            module.fail_json(msg='service %s has no MainPID (systemctl show: rc %d, %r %s): the unit is not running; '
+                                 'nothing to measure' % (p['service'], rc, out.strip(), err.strip()))
+        pid = int(out.strip())
+    textfile_dir = p['textfile_dir']
+    if textfile_dir and not os.path.isdir(textfile_dir) and p['textfile_dir_optional']:
+        warnings.append('textfile_dir %s is not a directory: no node-exporter textfile written (install '
+                        'prometheus-node-exporter, or set the directory its --collector.textfile.directory reads)'
+                        % textfile_dir)
+        textfile_dir = ''
     try:
         env = pa.read_env_file(p['env_file'])
         output_tied = False
@@ -287,7 +314,7 @@ def main():
                 gpus_text, why = _nvidia_smi(module, pa.NVIDIA_SMI_GPUS_ARGS)
                 if why:
                     warnings.append(why)
-        actual, mwarn = pa.measure(p['sysfs_root'], backend, p['pid'], names, workers=p['workers'], gpus=p['gpus'],
+        actual, mwarn = pa.measure(p['sysfs_root'], backend, pid, names, workers=p['workers'], gpus=p['gpus'],
                                    visible_devices=p['visible_devices'], compute_apps_text=apps_text,
                                    gpu_uuids_text=gpus_text)
         warnings += mwarn
@@ -297,9 +324,9 @@ def main():
         if not os.path.isdir(p['state_dir']):
             module.fail_json(msg='state_dir %s does not exist: run the llama_server role (it creates it) or pass the '
                                  'service state directory' % p['state_dir'])
-        if p['textfile_dir'] and not os.path.isdir(p['textfile_dir']):
+        if textfile_dir and not os.path.isdir(textfile_dir):
             module.fail_json(msg='textfile_dir %s does not exist: create it (node-exporter --collector.textfile.'
-                                 'directory) or leave it empty for no textfile' % p['textfile_dir'])
+                                 'directory), leave it empty for no textfile, or set textfile_dir_optional' % textfile_dir)
         sha, sha_source = pa.model_sha256(model_path, p['model_sha256'])
         record = pa.make_record(backend, rows, release=env.get('LLAMA_RELEASE', ''), model_sha=sha,
                                 model_path=model_path, shape=pa.env_shape(env), plan=p['plan'])
@@ -312,10 +339,10 @@ def main():
     if p['record'] and not module.check_mode:
         count = pa.append_record(records_path, record)
         changed = True
-        if p['textfile_dir']:
-            textfile, _ = pa.write_textfile(p['textfile_dir'], pa.render_textfile(record), p['textfile_name'])
-    elif p['textfile_dir']:
-        textfile = os.path.join(p['textfile_dir'], p['textfile_name'])
+        if textfile_dir:
+            textfile, _ = pa.write_textfile(textfile_dir, pa.render_textfile(record), p['textfile_name'])
+    elif textfile_dir:
+        textfile = os.path.join(textfile_dir, p['textfile_name'])
     text = pa.table(rows)
     misses = record['misses']
     under = [r['device'] for r in rows if r['verdict'] == 'under']
@@ -328,7 +355,7 @@ def main():
             break
     for w in warnings:
         module.warn(w)
-    module.exit_json(changed=changed, devices=rows, misses=misses, underestimated=under, table=text,
+    module.exit_json(changed=changed, pid=pid, devices=rows, misses=misses, underestimated=under, table=text,
                      bound=record['bound'], record=record, records_path=records_path, records=count,
                      textfile=textfile)
 

@@ -406,6 +406,13 @@ def test_module_warns_on_a_miss_and_fails_only_on_bad_input(tmp_path):
     res = ansible(dict(args, textfile_dir=str(tmp_path / "nope")))
     assert res["failed"] and "textfile_dir %s does not exist" % (tmp_path / "nope") in res["msg"]
     assert json.load(open(str(tmp_path / pa.RECORD_FILE))).__len__() == 1     # nothing appended by the failure
+    res = ansible(dict(args, textfile_dir=str(tmp_path / "nope"), textfile_dir_optional=True))
+    assert not res.get("failed") and res["textfile"] is None and res["records"] == 2
+    assert any("textfile_dir %s is not a directory" % (tmp_path / "nope") in w for w in res["warnings"])
+    res = ansible(dict(args, service="llama-server.service"))
+    assert res["failed"] and "mutually exclusive: pid|service" in res["msg"]
+    res = ansible(dict(((k, v) for k, v in args.items() if k != "pid"), service="llama-server.service"))
+    assert res["failed"] and "llama-server.service" in res["msg"] and "Traceback" not in res.get("module_stderr", "")
     res = ansible(dict(args, plan={"devices": "x"}))
     assert res["failed"] and "plan must be the dankfleet.llm.fit_plan result" in res["msg"]
 
