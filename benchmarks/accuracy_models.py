@@ -44,7 +44,18 @@ MODELS = {
     "hybrid_mtp_g": ("qwen35-mtp", {"tensor_type": "q8_0", "n_layer": 24, "n_embd": 2560, "n_ff": 9216,
                                     "n_head": 16, "n_head_kv": 4, "head_dim": 256, "ssm_d_state": 128,
                                     "ssm_n_group": 16, "ssm_dt_rank": 32}),
+    # real scale (issue 19): the runbook's 27B qwen35 hybrid with its MTP block, q8_0, tiled random weights
+    # (gen_models scale "real"). The header declares a 1048576-token training context so that on one
+    # 141 GB H200 the planner's `ctx_size: max` is bound by the memory floor, not by the model
+    "qwen35_27b": ("qwen35-mtp", {"ctx_train": 1048576}),
+    # issue 17: a gemma3-like sliding-window model (a 12B-class layer at half depth: 24 layers, 4 of them
+    # full attention, head_dim 256, window 1024), q8_0 and tiled, for CUDA FA over a q8_0 KV at 131072+
+    "swa_g": ("swa-dense", {"tensor_type": "q8_0", "fill": "tile", "n_layer": 24, "n_embd": 3840, "n_ff": 15360,
+                            "n_head": 16, "n_head_kv": 8, "head_dim": 256, "sliding_window": 1024,
+                            "sliding_window_pattern": 6}),
 }
+# the generator's scale per matrix model (default "medium")
+SCALES = {"qwen35_27b": "real"}
 
 # token arrays are recorded by length: they are large and no sizing law reads their contents
 BIG_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
@@ -56,11 +67,26 @@ def gen_models():
     return g
 
 
+# ACCURACY_MODELS_SHRINK=1: the GiB-scale models at the generator's small scale, same kind, fill and tensor
+# type -- a CPU rehearsal of a device pipeline runs the same code on files of a few hundred KiB
+SHRINK_KEYS = ("tensor_type", "fill", "ctx_train")
+
+
+def shape_of(name):
+    """(kind, scale, overrides) of matrix model `name`, shrunk under ACCURACY_MODELS_SHRINK=1."""
+    kind, overrides = MODELS[name]
+    scale = SCALES.get(name, "medium")
+    if os.environ.get("ACCURACY_MODELS_SHRINK") == "1":
+        overrides = {k: v for k, v in overrides.items() if k in SHRINK_KEYS}
+        scale = "small"
+    return kind, scale, overrides
+
+
 def ensure_model(name, out_dir):
     """Generate matrix model `name` into out_dir (once); return the generator's manifest entry."""
-    kind, overrides = MODELS[name]
+    kind, scale, overrides = shape_of(name)
     g = gen_models()
-    params = g.resolve_params(kind, "medium", **overrides)
+    params = g.resolve_params(kind, scale, **overrides)
     recipe = g.recipe_sha256(kind, params)
     path = Path(out_dir) / f"{name}.gguf"
     manifest = path.with_suffix(".json")
@@ -68,7 +94,7 @@ def ensure_model(name, out_dir):
         entry = json.loads(manifest.read_text())
         if entry.get("recipe_sha256") == recipe and entry.get("size") == path.stat().st_size:
             return entry
-    entry = g.write_model(kind, path, scale="medium", **overrides)
+    entry = g.write_model(kind, path, scale=scale, **overrides)
     manifest.write_text(json.dumps(entry, indent=1, default=str) + "\n")
     return entry
 

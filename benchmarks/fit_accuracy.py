@@ -21,6 +21,8 @@ only device and the planner's single device is compared with it.
     python benchmarks/fit_accuracy.py --failures # only rows outside their bound
     python benchmarks/fit_accuracy.py --set cuda-h200          # the H200 measurements (issue 9)
     python benchmarks/fit_accuracy.py --set cuda-h200 --smi    # ... against nvidia-smi, per process
+    python benchmarks/fit_accuracy.py --set cuda-h200-27b --smi   # the 27B at real scale (issue 19)
+    python benchmarks/fit_accuracy.py --set cuda-h200-swa         # sliding window, q8_0 KV (issue 17)
     python benchmarks/fit_accuracy.py --records DIR   # + every plan-vs-actual.json found under DIR
 
 ``--records DIR`` folds the records the llama_server role appends after every passing gate
@@ -54,7 +56,11 @@ from gguf_facts import gguf_facts  # noqa: E402
 
 MIB = 1024 * 1024
 FIXTURES = REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cpu"
-SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200"}
+SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200",
+        # issue 19: the runbook's 27B qwen35 hybrid + MTP at real scale on the H200 (production serve shape)
+        "cuda-h200-27b": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-27b",
+        # issue 17: a gemma3-like sliding-window model, q8_0 KV at 131072+ under CUDA flash attention
+        "cuda-h200-swa": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-swa"}
 EXACT = ("weights", "kv", "recurrent")
 EXACT_BYTES = 1 * MIB
 COMPUTE_REL, COMPUTE_ABS = 0.10, 32 * MIB
@@ -337,7 +343,8 @@ def _mib(b):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fixtures", default=None, help="a fixture dir (default: the --set's)")
-    p.add_argument("--set", default="cpu", choices=sorted(SETS), help="cpu (issue 3) or cuda-h200 (issue 9)")
+    p.add_argument("--set", default="cpu", choices=sorted(SETS),
+                   help="cpu (issue 3), cuda-h200 (issue 9), cuda-h200-27b (issue 19), cuda-h200-swa (issue 17)")
     p.add_argument("--smi", action="store_true", help="the nvidia-smi table (CUDA fixtures): planner + overhead "
                    "against each process's GPU memory, and the memory beyond llama.cpp's buffers")
     p.add_argument("--failures", action="store_true", help="only rows outside their bound")

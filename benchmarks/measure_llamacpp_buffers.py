@@ -621,15 +621,44 @@ def matrix_cuda():
     return out
 
 
-SETS = {"cpu": matrix, "cuda-h200": matrix_cuda}
+# Real scale (issue 19): the runbook's 27B qwen35 hybrid + MTP head (qwen35_27b, 27.0 GiB q8_0) on the
+# H200 alone with the production serve shape (2 slots, batch 6144, ubatch 512, FA, f16 KV, draft-mtp
+# n_max 3 with ngram-mod beside it) at 65536, 262144 and the planner's `ctx_size: max` under the 1 GiB
+# floor (tests/gpu/serve_27b.yml rendered with the plan: 1695232 = 2 x 847616), and one q8_0 load
+# without a drafter (the FA f16 K/V copies at scale).
+CTX_27B_MAX = 1695232
+
+
+def matrix_cuda_27b():
+    prod = dict(parallel=2, batch=6144, ubatch=512, spec_type=["draft-mtp", "ngram-mod"], spec_draft_n_max=3)
+    out = [_cuda_cfg(f"qwen35_27b-c{ctx}-np2-ub512-f16-mtp3-cuda", "qwen35_27b", CUDA_PLACES[0], ctx=ctx, **prod)
+           for ctx in (65536, 262144, CTX_27B_MAX)]
+    out.append(_cuda_cfg("qwen35_27b-c262144-np1-ub2048-q8_0-cuda", "qwen35_27b", CUDA_PLACES[0], ctx=262144,
+                         parallel=1, ubatch=2048, cache_type_k="q8_0", cache_type_v="q8_0"))
+    return out
+
+
+# Issue 17: a gemma3-like sliding-window model (swa_g) with a q8_0 KV at 131072+ under CUDA flash
+# attention, alone and split over CUDA0 + RPC0 (the last device is the RPC one), with f16 controls.
+def matrix_cuda_swa():
+    out = []
+    for ctx, np_, ub, kv, places in ((131072, 1, 512, "q8_0", CUDA_PLACES), (262144, 2, 2048, "q8_0", CUDA_PLACES),
+                                     (131072, 1, 512, "f16", CUDA_PLACES[::2])):
+        for place in places:
+            out.append(_cuda_cfg(f"swa_g-c{ctx}-np{np_}-ub{ub}-{kv}-{place[0]}", "swa_g", place, ctx=ctx,
+                                 parallel=np_, ubatch=ub, cache_type_k=kv, cache_type_v=kv))
+    return out
+
+
+SETS = {"cpu": matrix, "cuda-h200": matrix_cuda, "cuda-h200-27b": matrix_cuda_27b, "cuda-h200-swa": matrix_cuda_swa}
 
 
 def model_record(name, out_dir, models_dir=None):
     """Generate (once) the matrix model `name`; its path and the fixture's record of it."""
     entry = accuracy_models.ensure_model(name, models_dir or MODELS)
     header = accuracy_models.dump_header(entry["path"])
-    kind, overrides = accuracy_models.MODELS[name]
-    rec = {"name": name, "generator": {"script": "tests/lab/gen_models.py", "kind": kind, "scale": "medium",
+    kind, scale, overrides = accuracy_models.shape_of(name)
+    rec = {"name": name, "generator": {"script": "tests/lab/gen_models.py", "kind": kind, "scale": scale,
                                        "overrides": overrides, "seed": entry["seed"],
                                        "recipe_sha256": entry["recipe_sha256"]},
            "file_size": entry["size"], "sha256": entry["sha256"], "header": header}
@@ -714,7 +743,8 @@ def main(argv=None):
     p.add_argument("--force", action="store_true", help="re-measure configurations already in --out")
     p.add_argument("--out", default=None, help="fixture dir (default tests/fixtures/llamacpp/b11434-<set>)")
     p.add_argument("--bindir", default=str(PREFIX / "bin"))
-    p.add_argument("--set", default="cpu", choices=sorted(SETS), help="which matrix (cpu: issue 3; cuda-h200: issue 9)")
+    p.add_argument("--set", default="cpu", choices=sorted(SETS),
+                   help="which matrix (cpu: issue 3; cuda-h200: issue 9; cuda-h200-27b: issue 19; cuda-h200-swa: issue 17)")
     p.add_argument("--models-dir", default=None, help=f"where the matrix models are generated (default {MODELS})")
     p.add_argument("--no-fit-params", action="store_true", help="skip llama-fit-params during the matrix")
     p.add_argument("--fit-params-only", action="store_true",

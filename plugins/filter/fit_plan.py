@@ -37,6 +37,9 @@ options:
         optionally C(vram_reserved_bytes) (bytes not available to llama.cpp), or the result of
         M(dankfleet.llm.gpu_facts) as is (a dict with C(gpus)). Integrated GPUs (C(integrated=true)) are left out.
       - C(narrowest_link_width) / C(narrowest_link_gbps) (from gpu_facts) are used only by O(serve.lean_layers).
+      - C(host), C(endpoint) and C(rpc_backend) (from P(dankfleet.llm.rpc_devices#filter)) mark a device another host
+        lends over llama.cpp RPC (C(RPC0), ... first, in C(--rpc) order); it is charged its ggml-rpc-server own
+        overhead for that backend instead of the profile's device overhead, and the table names its host and blocks.
     type: raw
     required: true
   model:
@@ -216,7 +219,8 @@ _value:
       type: list
       elements: str
     table:
-      description: Text table, one row per candidate split -- C(-ts | GPU0 free | GPU1 free | gap | fits).
+      description: Text table, one row per candidate split -- C(-ts | GPU0 free | GPU1 free | gap | fits); with devices on
+        other hosts, then one line per device saying which host holds which blocks at the chosen split.
       type: str
     candidates:
       description: Every split evaluated, with free bytes per card and gap.

@@ -43,6 +43,7 @@ __metaclass__ = type
 
 import math
 import re
+from bisect import bisect_left as _bisect_left
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -249,6 +250,21 @@ PROFILES = {
 }
 
 
+# What a ggml-rpc-server process takes on its device beyond the buffers llama.cpp prints, per the worker's
+# backend (a device in gpus with rpc_backend set is charged this instead of the profile's device_overhead):
+#   cpu   measured: b11434 CPU + RPC build (~/.cache/dankfleet/llama-b11434-cpu-rpc): the idle server's VmRSS is
+#         5.7 MiB, and with the lab's dense-llama (ctx 8192) and qwen35-hybrid (ctx 65536) on it and a first
+#         request served it grew by less than the buffers it holds (benchmarks/rpc_worker_overhead.py): 8 MiB
+#   cuda  measured with the cuda profile: an idle ggml-rpc-server's CUDA context 518 MiB, 603-621 MiB per process
+#         after a first request (the profile's device_overhead_bytes, taken over CUDA0 and RPC0 alike)
+#   hip   the hip profile's prior (an idle HIP context); not measured over RPC
+RPC_SERVER_OVERHEAD_BYTES = {
+    "cpu": 8 * MIB,
+    "cuda": 624 * MIB,
+    "hip": 300 * MIB,
+}
+
+
 class FitPlanError(ValueError):
     """Malformed input: the message names the field and what would fix it."""
 
@@ -304,7 +320,10 @@ def _gpu_list(gpus):
         gbps = g.get("narrowest_link_gbps", pcie.get("narrowest_link_gbps"))
         out.append({"name": str(name), "index": len(out), "vram_total_bytes": total, "vram_reserved_bytes": reserved,
                     "narrowest_link_width": width, "narrowest_link_gbps": gbps,
-                    "device": g.get("device") or g.get("llama_device")})
+                    "device": g.get("device") or g.get("llama_device"),
+                    # a device on another host (llama.cpp RPC, see rpc_fleet.rpc_devices): where it is, and the
+                    # worker's own backend, whose ggml-rpc-server overhead it is charged (RPC_SERVER_OVERHEAD_BYTES)
+                    "host": g.get("host"), "endpoint": g.get("endpoint"), "rpc_backend": g.get("rpc_backend")})
     if not out:
         excluded = " (integrated GPUs excluded: %s)" % ", ".join(skipped) if skipped else ""
         raise FitPlanError("gpus: no usable GPU%s -- this host has nothing to split the model over; plan for a "
@@ -493,11 +512,18 @@ def assign_slots(n_layer_all, split, n_dev):
         acc += x
         cum.append(acc / total)
     act = n_layer_all + 1
-    out = []
-    for il in range(n_layer_all + 1):
-        v = float(il) / act
-        dev = next((j for j, c in enumerate(cum) if c > v), n_dev - 1)
-        out.append(dev)
+    # slot il -> the first device j with cum[j] > il / act; il / act grows with il, so device j's slots end
+    # at the first il whose share reaches cum[j] (found with the same float comparison, not a formula)
+    out, start = [], 0
+    for j, share in enumerate(cum):
+        end = min(max(int(share * act), start), act)
+        while end > start and not float(end - 1) / act < share:
+            end -= 1
+        while end < act and float(end) / act < share:
+            end += 1
+        out.extend([j] * (end - start))
+        start = end
+    out.extend([n_dev - 1] * (act - start))
     return out
 
 
@@ -705,6 +731,79 @@ def _draft_placement(c, split):
     return assign_slots(n, split, c.n_dev)
 
 
+def _layer_table(c, n_ctx_seq, n_stream, swa_n):
+    """Per-block bytes at one context shape, as prefix sums: a device's share of a run of blocks is then a
+    difference of two entries, not a walk over its layers (the split search evaluates many splits per context).
+    Nextn blocks count for nothing here: the main graph never runs them (draft-mtp sizes them apart)."""
+    cache = c.__dict__.setdefault("layer_tables", {})
+    key = (n_ctx_seq, n_stream, swa_n)
+    if key in cache:
+        return cache[key]
+    s, m = c.s, c.model
+    rs_row = int((m.get("recurrent_state") or {}).get("bytes_per_layer_per_seq") or 0)
+    rs_rows = max(1, s["parallel"]) * (1 + c.n_rs_seq)
+    sums = dict((k, [0]) for k in ("layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "attn", "swa"))
+    n_ff, fa, real, att = [], [], [], []
+    for il, L in enumerate(c.layers):
+        kind = L["kind"]
+        row = dict.fromkeys(sums, 0)
+        ff = f16 = 0
+        if kind != "nextn":
+            real.append(il)
+            row["layers"] = 1
+            row["weights_bytes"] = int(L["tensor_bytes"])
+            ff = int(L.get("n_ff") or c.n_ff or 0)
+            if kind in ("attention", "swa"):
+                att.append(il)
+            if kind == "attention":
+                row["kv_bytes"] = _kv_row(L, s) * n_ctx_seq * n_stream
+                row["attn"] = 1
+                f16 = _fa_kv_f16(L, s, n_ctx_seq * n_stream)
+            elif kind == "swa":
+                row["kv_bytes"] = _kv_row(L, s) * swa_n * n_stream
+                row["swa"] = 1
+                f16 = _fa_kv_f16(L, s, swa_n * n_stream)
+            elif kind == "recurrent":
+                row["recurrent_bytes"] = rs_row * rs_rows
+        for k, v in row.items():
+            sums[k].append(sums[k][-1] + v)
+        n_ff.append(ff)
+        fa.append(f16)
+    lt = {"sums": sums, "n_ff": n_ff, "fa": fa, "real": real, "att": att}
+    cache[key] = lt
+    return lt
+
+
+def _fill_device(d, lt, lo, hi, rpc=False):
+    """Add blocks lo..hi-1 (the run of blocks one device holds) to its row."""
+    sums = lt["sums"]
+    n = sums["layers"][hi] - sums["layers"][lo]
+    if not n:
+        return
+    for k in ("layers", "weights_bytes", "kv_bytes", "recurrent_bytes"):
+        d[k] += sums[k][hi] - sums[k][lo]
+    d["has_layers"] = True
+    d["has_attn"] = d["has_attn"] or sums["attn"][hi] > sums["attn"][lo]
+    d["has_swa"] = d["has_swa"] or sums["swa"][hi] > sums["swa"][lo]
+    d["n_ff"] = max([d["n_ff"]] + lt["n_ff"][lo:hi])
+    if rpc:
+        # ggml-rpc caches get_alloc_size by the output tensor's shape and op params, not its sources
+        # (ggml-rpc.cpp ggml_backend_rpc_buffer_type_get_alloc_size): every FA node on an RPC device is
+        # sized like the device's FIRST one. A sliding-window layer first (gemma3: 5 of every 6) hands
+        # its window-sized f16 K/V copies to the full-attention layers after it (measured: 940 MiB
+        # less than the full-context copy at 131072, tests/fixtures/llamacpp/b11434-cuda-h200-swa)
+        att = lt["att"]
+        i = _bisect_left(att, lo)
+        if i < len(att) and att[i] < hi:
+            d["fa_kv_f16"] = lt["fa"][att[i]]
+    else:
+        d["fa_kv_f16"] = max([d["fa_kv_f16"]] + lt["fa"][lo:hi])
+    real = lt["real"]
+    if d["layer_first"] is None:
+        d["layer_first"] = real[_bisect_left(real, lo)]
+    d["layer_last"] = real[_bisect_left(real, hi) - 1]
+
+
 def _evaluate(c, split, n_ctx_req):
     """Per-device bytes for one split (list of shares) and one requested n_ctx."""
     s, prof, m = c.s, c.prof, c.model
@@ -720,31 +819,17 @@ def _evaluate(c, split, n_ctx_req):
                      "weights_bytes": 0, "kv_bytes": 0, "recurrent_bytes": 0, "draft_bytes": 0, "mmproj_bytes": 0,
                      "compute_bytes": 0, "overhead_bytes": 0, "has_attn": False, "has_swa": False,
                      "has_layers": False, "n_ff": 0, "fa_kv_f16": 0})
-    rs_row = int((m.get("recurrent_state") or {}).get("bytes_per_layer_per_seq") or 0)
-    rs_rows = max(1, n_seq) * (1 + c.n_rs_seq)
     n_swa = int(m.get("sliding_window") or 0)
     swa_n = swa_cells(n_ctx_seq, n_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if n_swa else 0
-    for il, L in enumerate(c.layers):
-        d = devs[slots[il]]
-        kind = L["kind"]
-        if kind == "nextn":
-            continue            # loaded only for draft-mtp (below); the main graph never runs it
-        d["layers"] += 1
-        d["has_layers"] = True
-        d["layer_first"] = il if d["layer_first"] is None else d["layer_first"]
-        d["layer_last"] = il
-        d["weights_bytes"] += int(L["tensor_bytes"])
-        d["n_ff"] = max(d["n_ff"], int(L.get("n_ff") or c.n_ff or 0))
-        if kind == "attention":
-            d["kv_bytes"] += _kv_row(L, s) * n_ctx_seq * n_stream
-            d["has_attn"] = True
-            d["fa_kv_f16"] = max(d["fa_kv_f16"], _fa_kv_f16(L, s, n_ctx_seq * n_stream))
-        elif kind == "swa":
-            d["kv_bytes"] += _kv_row(L, s) * swa_n * n_stream
-            d["has_swa"] = True
-            d["fa_kv_f16"] = max(d["fa_kv_f16"], _fa_kv_f16(L, s, swa_n * n_stream))
-        elif kind == "recurrent":
-            d["recurrent_bytes"] += rs_row * rs_rows
+    lt = _layer_table(c, n_ctx_seq, n_stream, swa_n)
+    lo = 0
+    for d in devs:
+        # the device's blocks: a run of slots (assign_slots hands them out in order); the output slot is not a block
+        hi = lo + slots.count(d["index"])
+        blk_hi = min(hi, c.n_layer_all)
+        if blk_hi > lo:
+            _fill_device(d, lt, lo, blk_hi, _is_rpc(c.gpus[d["index"]]))
+        lo = hi
     od = devs[out_dev]
     od["weights_bytes"] += int(m.get("output_bytes") or 0)
     od["has_layers"] = True
@@ -885,7 +970,9 @@ def _evaluate(c, split, n_ctx_req):
 
     rows = []
     for d, g in zip(devs, c.gpus):
-        d["overhead_bytes"] = int(prof["device_overhead_bytes"]
+        base = RPC_SERVER_OVERHEAD_BYTES[g["rpc_backend"]] if g.get("rpc_backend") in RPC_SERVER_OVERHEAD_BYTES \
+            else prof["device_overhead_bytes"]
+        d["overhead_bytes"] = int(base
                                   + (prof.get("draft_overhead_bytes", 0) if d["index"] in drafter_devs else 0)
                                   + (prof.get("mtp_overhead_bytes", 0) if d["index"] in mtp_devs else 0))
         total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
@@ -898,6 +985,8 @@ def _evaluate(c, split, n_ctx_req):
                     "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
                     "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
                     "holds_output": d["index"] == out_dev})
+        if g.get("host"):
+            row.update(host=g["host"], endpoint=g.get("endpoint"), rpc_backend=g.get("rpc_backend"))
         if d["index"] in detail:
             row["draft_detail"] = detail[d["index"]]
         rows.append(row)
@@ -915,18 +1004,6 @@ def _passes(ev, floor):
     return all(r["free_bytes"] >= floor for r in ev["devices"])
 
 
-def _candidate_splits(c):
-    """Integer splits over the block count, one layer apart (every -ts step moves one layer)."""
-    n, k = c.n_layer_all, c.n_dev
-    if k == 1:
-        return [[n]]
-    if k == 2:
-        return [[a, n - a] for a in range(1, n)]
-    if k == 3:
-        return [[a, b, n - a - b] for a in range(1, n - 1) for b in range(1, n - a)]
-    return None     # searched locally (_local_search)
-
-
 def _fits_key(ev, floor):
     """Sort key: splits that keep the floor, by smallest gap; failing ones by the least-starved card."""
     if _passes(ev, floor):
@@ -934,40 +1011,207 @@ def _fits_key(ev, floor):
     return (1, -ev["min_free_bytes"], ev["gap_bytes"])
 
 
-def _local_search(c, n_ctx, floor):
+def _search_key(ev, floor):
+    """_fits_key, ties to the lowest split: the split an enumeration in ascending order would meet first."""
+    return (_fits_key(ev, floor), list(ev["split"]))
+
+
+def _bounds_to_split(bounds, n):
+    """Integer -ts over n blocks from device block boundaries (device j holds blocks bounds[j-1]..bounds[j]-1;
+    the first device one slot more than its share, the output slot on the last: see assign_slots)."""
+    edges = [0] + list(bounds) + [n + 1]
+    split = [edges[j + 1] - edges[j] for j in range(len(edges) - 1)]
+    split[0] -= 1
+    return split
+
+
+def _balance_split(c, n_ctx, probe):
+    """The split at which every device would be left the same free bytes, read off the cumulative per-block
+    bytes: each device's bytes that do not move with its blocks (compute, overhead, output, drafter, MTP head)
+    are taken from an evaluated probe split, the rest is cut where the running sum of block bytes reaches the
+    devices' running budgets. O(devices + blocks)."""
     n, k = c.n_layer_all, c.n_dev
+    lt = _layer_table(c, probe["n_ctx_seq"], 1 if c.s["kv_unified"] else c.s["parallel"], _probe_swa(c, probe))
+    sums = lt["sums"]
+    cum = [sums["weights_bytes"][i] + sums["kv_bytes"][i] + sums["recurrent_bytes"][i] for i in range(n + 1)]
+    avail = []
+    lo = 0
+    for r, g in zip(probe["devices"], c.gpus):
+        hi = lo + probe["slots"].count(r["index"])
+        b = min(hi, n)
+        moving = cum[b] - cum[lo]
+        avail.append(g["vram_total_bytes"] - g["vram_reserved_bytes"] - (r["total_bytes"] - moving))
+        lo = hi
+    level = (sum(avail) - cum[n]) / float(k)        # the free bytes every device would keep
+    bounds, run, at = [], 0.0, 0
+    for j in range(k - 1):
+        run += avail[j] - level
+        # the boundary whose running block bytes come closest to the running budget
+        while at < n and cum[at + 1] <= run:
+            at += 1
+        b = at + 1 if at < n and (run - cum[at]) > (cum[at + 1] - run) else at
+        lowest = (bounds[-1] + 1) if bounds else 2            # the first device holds >= 2 slots (-ts >= 1)
+        highest = n - (k - 2 - j)                            # leave every later device a slot
+        bounds.append(min(max(b, lowest), highest))
+    return _bounds_to_split(bounds, n)
+
+
+def _probe_swa(c, ev):
+    n_swa = int(c.model.get("sliding_window") or 0)
+    return swa_cells(ev["n_ctx_seq"], n_swa, c.s["parallel"], c.s["ubatch_size"], c.s["kv_unified"]) if n_swa else 0
+
+
+def _even_split(n, k):
     base = [n // k] * k
     for i in range(n - sum(base)):
         base[i] += 1
-    best = _evaluate(c, base, n_ctx)
-    seen = {tuple(base): best}
-    improved = True
-    while improved:
-        improved = False
-        for i in range(k):
-            for j in range(k):
-                if i == j or best["split"][i] <= 1:
-                    continue
-                cand = list(best["split"])
-                cand[i] -= 1
-                cand[j] += 1
-                t = tuple(cand)
-                if t not in seen:
-                    seen[t] = _evaluate(c, cand, n_ctx)
-                if _fits_key(seen[t], floor) < _fits_key(best, floor):
-                    best = seen[t]
-                    improved = True
+    return base
+
+
+def _search(c, n_ctx, floor, wide=True, any_pass=False):
+    """(best evaluation, all evaluations) for one context.
+
+    One device: its whole stack. Two: every split (n - 1 of them; each evaluation is O(devices) over the
+    context's prefix sums). More: the balance point from the cumulative per-block bytes (_balance_split,
+    twice, the second time with the fixed bytes measured at the first), then a steepest descent over moves
+    of one block between any two devices, to the lowest split among equally good ones -- devices x blocks,
+    not the (blocks choose devices) enumeration this replaced (issue 17: 3 x 128 layers took a minute).
+    ``wide`` then also tries moves of 2..WIDE_STEPS blocks at the optimum. ``any_pass`` (the context search,
+    which asks only whether some split keeps the floor) stops at the first split that keeps it, with no wide moves.
+    """
+    n, k = c.n_layer_all, c.n_dev
+    if k == 1:
+        ev = _evaluate(c, [n], n_ctx)
+        return ev, [ev]
+    if k == 2:
+        evs = []
+        for a in range(1, n):
+            evs.append(_evaluate(c, [a, n - a], n_ctx))
+            if any_pass and _passes(evs[-1], floor):
+                return evs[-1], evs
+        if not evs:
+            evs = [_evaluate(c, [1, 1], n_ctx)]
+        return min(evs, key=lambda e: _fits_key(e, floor)), evs
+    ev_of = _memo_evaluate(c, n_ctx)
+    seen = ev_of.seen
+    start = _even_split(n, k)
+    if n >= k:
+        for dummy in range(2):
+            start = _balance_split(c, n_ctx, ev_of(start))
+    best = ev_of(start)
+    if any_pass and _passes(best, floor):
+        return best, list(seen.values())
+    if n >= k and not _passes(best, floor):
+        # the balance point starves a device: start from the greedy split instead when it keeps the floor
+        # (then the descent, which never trades a passing split for a failing one, ends on one that does)
+        greedy = _greedy_split(c, n_ctx, floor, ev_of)
+        if greedy is not None and _search_key(greedy, floor) < _search_key(best, floor):
+            best = greedy
+    if any_pass and _passes(best, floor):
+        return best, list(seen.values())
+    while True:
+        best = _descend(best, k, floor, ev_of, _one_block_moves, any_pass)
+        if not wide or any_pass:
+            break
+        # a device between two others can sit on a run of blocks whose kinds alternate (hybrid: three
+        # recurrent to one attention): moving it one block at a time worsens before it improves. Moving up
+        # to WIDE_STEPS blocks at once escapes that; then descend again.
+        nxt = _descend(best, k, floor, ev_of, _wide_moves)
+        if nxt is best:
+            break
+        best = nxt
     return best, list(seen.values())
 
 
-def _search(c, n_ctx, floor):
-    """(best evaluation, all evaluations) for one context over the candidate splits."""
-    cands = _candidate_splits(c)
-    if cands is None:
-        return _local_search(c, n_ctx, floor)
-    evs = [_evaluate(c, sp, n_ctx) for sp in cands]
-    best = min(evs, key=lambda e: _fits_key(e, floor))
-    return best, evs
+WIDE_STEPS = 4
+
+
+def _memo_evaluate(c, n_ctx):
+    """_evaluate at one context, once per split; .seen holds every evaluation."""
+    seen = {}
+
+    def ev_of(split):
+        t = tuple(split)
+        if t not in seen:
+            seen[t] = _evaluate(c, list(split), n_ctx)
+        return seen[t]
+    ev_of.seen = seen
+    return ev_of
+
+
+def _greedy_split(c, n_ctx, floor, ev_of):
+    """A split that keeps every device at or above the floor, or None when this one does not.
+
+    A device's bytes depend only on the run of blocks it holds (its drafter share and MTP head follow the same
+    boundaries) and grow with it, so each device in turn takes the most blocks it can hold above the floor (a
+    bisection per device: devices x log(blocks) evaluations). Not exhaustive -- a device pushed onto a heavy
+    block by its predecessor's greed fails where a leaner predecessor would have left it a light one -- but a
+    second start far from the balance point when the balance point fails."""
+    n, k = c.n_layer_all, c.n_dev
+    bounds = []
+    for j in range(k - 1):
+        lo = (bounds[-1] + 1) if bounds else 2
+        hi = n - (k - 2 - j)
+        if lo > hi or _free_with_bound(n, k, bounds, lo, ev_of) < floor:
+            return None
+        while lo < hi:              # the largest bound that keeps device j at the floor
+            mid = (lo + hi + 1) // 2
+            if _free_with_bound(n, k, bounds, mid, ev_of) >= floor:
+                lo = mid
+            else:
+                hi = mid - 1
+        bounds.append(lo)
+    e = ev_of(_bounds_to_split(bounds, n))
+    return e if _passes(e, floor) else None
+
+
+def _free_with_bound(n, k, bounds, b, ev_of):
+    """Free bytes of device len(bounds) when it ends at block b (the later devices' boundaries do not change
+    its bytes: one block each, the rest on the last)."""
+    j = len(bounds)
+    tail = [b + i for i in range(1, k - 1 - j)]
+    return ev_of(_bounds_to_split(bounds + [b] + tail, n))["devices"][j]["free_bytes"]
+
+
+def _one_block_moves(split, k):
+    for i in range(k):
+        if split[i] <= 1:
+            continue
+        for j in range(k):
+            if i != j:
+                cand = list(split)
+                cand[i] -= 1
+                cand[j] += 1
+                yield cand
+
+
+def _wide_moves(split, k):
+    for i in range(k):
+        for j in range(k):
+            if i == j:
+                continue
+            for m in range(2, WIDE_STEPS + 1):
+                if split[i] - m < 1:
+                    break
+                cand = list(split)
+                cand[i] -= m
+                cand[j] += m
+                yield cand
+
+
+def _descend(best, k, floor, ev_of, moves, any_pass=False):
+    """Steepest descent on _search_key over the given moves; returns the local optimum (any_pass: the first
+    split met that keeps the floor)."""
+    while True:
+        cur = best
+        for cand in moves(cur["split"], k):
+            e = ev_of(cand)
+            if any_pass and _passes(e, floor):
+                return e
+            if _search_key(e, floor) < _search_key(best, floor):
+                best = e
+        if best is cur:
+            return best
 
 
 def _apply_lean(c, best, evs, n_ctx, floor, warnings, errors):
@@ -1047,6 +1291,17 @@ def _table(c, chosen, evs, floor):
         cells += ["%s GiB" % _gib(r["free_bytes"]) for r in e["devices"]]
         cells += ["%s" % _gib(e["gap_bytes"]), ("yes" if _passes(e, floor) else "no") + mark]
         lines.append(" | ".join(cells))
+    if chosen is not None and any(g.get("host") for g in c.gpus):
+        # across hosts: which host holds which blocks at the chosen split
+        for r, g in zip(chosen["devices"], c.gpus):
+            where = "this host"
+            if g.get("host"):
+                where = "%s (%s, %s ggml-rpc-server)" % (g["host"], g.get("endpoint") or "?", g.get("rpc_backend") or "?")
+            blocks = "blocks %d-%d" % tuple(r["layer_range"]) if r["layer_range"] else "no blocks"
+            if r["holds_output"]:
+                blocks += " + output"
+            lines.append("%s = %s on %s: %s, %s GiB free"
+                         % (names[r["index"]], g["name"], where, blocks, _gib(r["free_bytes"])))
     return "\n".join(lines)
 
 
@@ -1126,7 +1381,8 @@ def _max_ctx(c, split, floor, auto):
     def ok(k):
         n_ctx = k * unit
         if auto:
-            best = _search(c, n_ctx, floor)[0]
+            # whether some split keeps the floor is all this asks: no wide moves (the plan's own context has them)
+            best = _search(c, n_ctx, floor, wide=False, any_pass=True)[0]
         else:
             best = _evaluate(c, split, n_ctx)
         return _passes(best, floor), best

@@ -19,6 +19,9 @@
 # Hooks for a rehearsal on a CPU host (nothing else sets them): GPU9_PYTHON (a python with ansible
 # and gguf), GPU9_BUILD_EXTRA (a JSON file of role variables applied last), GPU9_GEN_A/GPU9_GEN_B
 # (model names to generate), GPU9_SKIP_MATRIX=1, GPU9_SVB_ARGS (served_vs_bench sizes).
+# Issue 19 adds GPU9_SERVE (the served run's rendered directory), GPU9_SETS / GPU9_SETS_LATE with phases
+# set:<name> and fitp:<name> (other measurement sets), spec (benchmarks/spec_cost.py over GPU9_SPEC), and
+# the phase build itself: without it GPU9_RELEASE (a release: bin/, lib/) serves in its place (a CPU rehearsal).
 # A later session picks its steps with GPU9_PHASES (default gen,build,matrix,svb,fitp; recheck re-measures
 # GPU9_RECHECK, a regex of matrix ids, into out/recheck with the role's release) and adds cmake flags to the
 # role's with GPU9_CMAKE_EXTRA (a JSON object); tests/gpu/go.sh reads both from .whl/gpu9/env.sh.
@@ -118,17 +121,23 @@ print(json.dumps({
 PYEOF
 cp "$W/build-vars.json" "$OUT/build-vars.json"
 mkdir -p "$W/tmp/ansible"
-step "build: ansible-playbook tests/gpu/build_release.yml (llama_cpp_build, cuda sm_90, rpc, -j16)"
 B0=$(date +%s)
 EXTRA=()
 [[ -n ${GPU9_BUILD_EXTRA:-} ]] && EXTRA=(-e @"$GPU9_BUILD_EXTRA")
-( cd "$R" && "$PY" -m ansible playbook -v tests/gpu/build_release.yml -e @"$W/build-vars.json" "${EXTRA[@]}" \
-    -e ansible_python_interpreter="$(command -v "$PY")" ) > "$OUT/build-role.log" 2>&1 &
-BUILD_PID=$!
+if has build; then
+  step "build: ansible-playbook tests/gpu/build_release.yml (llama_cpp_build, cuda sm_90, rpc, -j16)"
+  ( cd "$R" && "$PY" -m ansible playbook -v tests/gpu/build_release.yml -e @"$W/build-vars.json" "${EXTRA[@]}" \
+      -e ansible_python_interpreter="$(command -v "$PY")" ) > "$OUT/build-role.log" 2>&1 &
+  BUILD_PID=$!
+else
+  step "no build phase: serving the release GPU9_RELEASE=${GPU9_RELEASE:-}"
+  mkdir -p "$W/opt" && ln -sfn "${GPU9_RELEASE:?without the build phase GPU9_RELEASE names a release (its bin/)}" "$W/opt/current"
+  true & BUILD_PID=$!
+fi
 
 g1=- g2=-
 if has gen; then
-  step "gen: dense_g + drafter, hybrid_mtp_g (tests/lab/gen_models.py via benchmarks/accuracy_models.py)"
+  step "gen: ${GPU9_GEN_A:-dense_g drafter} | ${GPU9_GEN_B:-hybrid_mtp_g} (tests/lab/gen_models.py via benchmarks/accuracy_models.py)"
   ( cd "$R" && nice -n 5 "$PY" benchmarks/accuracy_models.py --out "$W/models" ${GPU9_GEN_A:-dense_g drafter} ) > "$OUT/gen-dense.log" 2>&1 &
   G1=$!
   ( cd "$R" && nice -n 5 "$PY" benchmarks/accuracy_models.py --out "$W/models" ${GPU9_GEN_B:-hybrid_mtp_g} ) > "$OUT/gen-hybrid.log" 2>&1 &
@@ -190,15 +199,44 @@ if has recheck; then
 fi
 
 # ---- 4: served through the role's launcher vs llama-bench ---------------------------------------
+# GPU9_SERVE names the rendered serve directory under $W (default serve; issue 19: serve27-svb)
+SD=$W/${GPU9_SERVE:-serve}
 if has svb; then
-SVB_ENVS=(--env "$W/serve/llama-server.env")
-[[ -f $W/serve-bs/llama-server.env ]] && SVB_ENVS+=(--env "$W/serve-bs/llama-server.env")
-step "served vs llama-bench (launcher $W/serve/serve-llama-server; ${SVB_ENVS[*]})"
-( cd "$R" && timeout 400 "$PY" benchmarks/served_vs_bench.py "${SVB_ENVS[@]}" \
-    --launcher "$W/serve/serve-llama-server" --bench "$BIN/llama-bench" ${GPU9_SVB_ARGS:---prompt 512 --gen 128 --reps 5} \
+SVB_ENVS=(--env "$SD/llama-server.env")
+[[ -z ${GPU9_SERVE:-} && -f $W/serve-bs/llama-server.env ]] && SVB_ENVS+=(--env "$W/serve-bs/llama-server.env")
+step "served vs llama-bench (launcher $SD/serve-llama-server; ${SVB_ENVS[*]})"
+( cd "$R" && timeout 500 "$PY" benchmarks/served_vs_bench.py "${SVB_ENVS[@]}" \
+    --launcher "$SD/serve-llama-server" --bench "$BIN/llama-bench" ${GPU9_SVB_ARGS:---prompt 512 --gen 128 --reps 5} \
     --out "$OUT/served_vs_bench.json" ) > "$OUT/served_vs_bench.log" 2>&1
 step "served vs bench rc=$? $(tr -d '\n ' < "$OUT/served_vs_bench.log" | grep -o '"ratio".*' | head -c 600)"
 fi
+
+# ---- issue 19/17: other recorded sets, each load with nvidia-smi per process, into out/fixtures-<set>:
+# GPU9_SETS (phase set:<name> each), then the speculative cost A/B (phase spec: benchmarks/spec_cost.py over
+# GPU9_SPEC, NAME=dir under $W), then GPU9_SETS_LATE (a secondary set that must not delay the A/B)
+run_set() {
+  has "set:$1" || return 0
+  step "matrix $1"
+  ( cd "$R" && "$PY" benchmarks/measure_llamacpp_buffers.py --set "$1" --matrix --models-dir "$W/models" \
+      --bindir "$BIN" --out "$OUT/fixtures-$1" --no-fit-params ) > "$OUT/matrix-$1.log" 2>&1
+  step "matrix $1 done: $(grep -c 'ok=True' "$OUT/matrix-$1.log") ok, $(grep -c 'ok=False' "$OUT/matrix-$1.log") failed"
+}
+for set in ${GPU9_SETS:-}; do run_set "$set"; done
+if has spec && [[ -n ${GPU9_SPEC:-} ]]; then
+  SPEC_ENVS=()
+  for item in $GPU9_SPEC; do SPEC_ENVS+=(--env "${item%%=*}=$W/${item#*=}/llama-server.env"); done
+  step "speculative cost A/B: ${GPU9_SPEC}"
+  ( cd "$R" && timeout 900 "$PY" benchmarks/spec_cost.py "${SPEC_ENVS[@]}" --launcher "$SD/serve-llama-server" \
+      ${GPU9_SPEC_ARGS:-} --out "$OUT/spec_cost.json" ) > "$OUT/spec_cost.log" 2>&1
+  step "spec cost rc=$? $(tail -c 1200 "$OUT/spec_cost.log" | tr -d '\n ')"
+fi
+for set in ${GPU9_SETS_LATE:-}; do run_set "$set"; done
+for set in ${GPU9_SETS:-} ${GPU9_SETS_LATE:-}; do
+  has "fitp:$set" || continue
+  ( cd "$R" && "$PY" benchmarks/measure_llamacpp_buffers.py --set "$set" --fit-params-only --models-dir "$W/models" \
+      --bindir "$BIN" --out "$OUT/fixtures-$set" ) > "$OUT/fitp-$set.log" 2>&1
+  step "fit-params $set rc=$?"
+done
 
 # ---- 3b: the split loads (a ggml-rpc-server with the CUDA backend on the same GPU) -------------
 if has matrix; then

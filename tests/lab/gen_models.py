@@ -15,6 +15,11 @@ Python API, for bigger variants (planner accuracy runs want buffers of hundreds 
 
 Fixed seed -> fixed bytes -> fixed sha256: every tensor is drawn from its own
 numpy RandomState (a frozen bit stream) seeded by sha256(seed, model, tensor name).
+``fill="tile"`` (the default of ``scale="real"``, the deployed 27B shape) writes every q8_0 matrix as
+one seeded tile of blocks repeated instead, so ~27 GiB take as long as the disk needs:
+
+    entry = write_model("qwen35-mtp", "/tmp/q27.gguf", scale="real")              # ~27 GiB
+    entry = write_model("qwen35-mtp", "/tmp/q.gguf", fill="tile", tensor_type="q8_0")  # same path, tiny
 
 The tensor names, shapes and metadata keys follow llama.cpp b11434 (src/llama-arch.cpp,
 src/models/{llama,qwen35,gemma3,dflash}.cpp, common/speculative.cpp); each builder names
@@ -114,7 +119,8 @@ def build_vocab(n_vocab: int) -> dict:
 # ---------------------------------------------------------------------------------------
 
 COMMON_KEYS = {"n_layer", "n_embd", "n_ff", "n_head", "n_head_kv", "head_dim", "n_vocab", "ctx_train",
-               "tensor_type", "rope_freq_base", "rms_eps", "seed"}
+               "tensor_type", "rope_freq_base", "rms_eps", "seed", "fill"}
+FILLS = ("random", "tile")
 KIND_KEYS = {
     "dense-llama": set(),
     "draft-small": set(),
@@ -192,9 +198,22 @@ RECIPES = {
                          "rope_freq_base": 10000000.0, "rms_eps": 1e-6},
     },
 }
+# "real": the deployed model's shape (the runbook's Qwen3.8-27B, tests/fixtures/frank_medium.json): 64 layers,
+# full attention every 4th, n_embd 5120, 24/4 heads x 256, FFN 17408, vocab 248320, Gated DeltaNet with
+# 16 key / 48 value heads of 128, one MTP block -- ~27 GiB at q8_0, so written with fill="tile" (issue 19)
+_QWEN35_REAL = {
+    "n_layer": 64, "n_embd": 5120, "n_ff": 17408, "n_head": 24, "n_head_kv": 4, "head_dim": 256,
+    "full_attention_interval": 4, "ssm_d_conv": 4, "ssm_d_state": 128, "ssm_n_group": 16, "ssm_dt_rank": 48,
+    "rope_freq_base": 10000000.0, "rms_eps": 1e-6,
+}
+RECIPES["real"] = {
+    "qwen35-hybrid": dict(_QWEN35_REAL),
+    "qwen35-mtp": dict(_QWEN35_REAL, nextn_predict_layers=1),
+}
 SCALE_COMMON = {
     "small": {"n_vocab": 320, "ctx_train": 4096, "tensor_type": "f16"},
     "medium": {"n_vocab": 32768, "ctx_train": 262144, "tensor_type": "f16"},
+    "real": {"n_vocab": 248320, "ctx_train": 262144, "tensor_type": "q8_0", "fill": "tile"},
 }
 
 TENSOR_TYPES = {
@@ -209,12 +228,14 @@ def resolve_params(kind: str, scale: str = "small", **overrides) -> dict:
     if kind not in KIND_KEYS:
         raise ValueError(f"unknown model kind {kind!r}; choose one of {', '.join(MODEL_NAMES)}")
     if scale not in RECIPES:
-        raise ValueError(f"unknown scale {scale!r}; choose small or medium")
+        raise ValueError(f"unknown scale {scale!r}; choose {', '.join(RECIPES)}")
+    if kind not in RECIPES[scale]:
+        raise ValueError(f"scale {scale!r} has no {kind!r} recipe; it has {', '.join(RECIPES[scale])}")
     allowed = COMMON_KEYS | KIND_KEYS[kind]
     unknown = sorted(set(overrides) - allowed)
     if unknown:
         raise ValueError(f"{kind}: unknown override(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    p = {"seed": DEFAULT_SEED}
+    p = {"seed": DEFAULT_SEED, "fill": "random"}
     p.update(SCALE_COMMON[scale])
     p.update(RECIPES[scale][kind])
     p.update(overrides)
@@ -231,6 +252,7 @@ def _validate(kind: str, p: dict) -> None:
         need(isinstance(p[key], int) and p[key] > 0, f"{key} must be a positive int, got {p[key]!r}")
     need(p["n_head"] % p["n_head_kv"] == 0, f"n_head ({p['n_head']}) must be a multiple of n_head_kv ({p['n_head_kv']})")
     need(p["tensor_type"] in TENSOR_TYPES, f"tensor_type {p['tensor_type']!r} is not one of {', '.join(TENSOR_TYPES)}")
+    need(p["fill"] in FILLS, f"fill {p['fill']!r} is not one of {', '.join(FILLS)}")
     need(p["head_dim"] % 2 == 0, f"head_dim ({p['head_dim']}) must be even (RoPE rotates pairs)")
     build_vocab(p["n_vocab"])  # raises with the minimum size
     if kind.startswith("qwen35"):
@@ -531,6 +553,37 @@ def _values(seed: int, kind: str, name: str, shape: list[int], role: str) -> np.
     raise AssertionError(role)
 
 
+TILE_BLOCKS = 4099     # prime: no row of any width starts the tile at the same block, so no two rows repeat
+
+
+def _q8_0_tile(seed: int, kind: str, n_in: int) -> np.ndarray:
+    """TILE_BLOCKS Q8_0 blocks (uint8) of the "matrix" law for input width n_in: uniform in
+    +-0.5/sqrt(n_in), drawn from the tile's own frozen stream. fill="tile" repeats it through every
+    Q8_0 matrix of that width: the bytes are valid Q8_0 and the magnitudes those of fill="random",
+    which is all a throughput or memory measurement reads (random weights make no language model)."""
+    block = gguf.GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][0]
+    widen = math.sqrt(block * TILE_BLOCKS) / math.sqrt(n_in)        # the bound of width n_in, not the tile's
+    vals = _values(seed, kind, f"tile:{n_in}", [block * TILE_BLOCKS], "matrix") * widen
+    return gguf.quants.quantize(vals.astype(np.float32), GGMLQuantizationType.Q8_0).reshape(-1)
+
+
+def _tile_rows(tile: np.ndarray, nbytes: int, shape: list[int], seed: int) -> np.ndarray:
+    """The tile repeated to nbytes, each row's block scales multiplied by its own factor in [0.5, 1.5).
+
+    A repeated tile alone gives rows that repeat (a 248320-row output matrix holds each row ~60 times),
+    so logits tie exactly and greedy decoding picks among equals by kernel order: spec and no-spec then
+    disagree for no reason of their own (measured on the H200, issue 19). The per-row factor keeps every
+    row distinct at the cost of one pass over the scales."""
+    block_bytes = gguf.GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1]
+    data = np.resize(tile, nbytes)
+    blocks = data.reshape(-1, block_bytes)
+    rows = shape[1] if len(shape) > 1 else 1
+    d = blocks[:, :2].copy().view(np.float16).reshape(rows, -1)
+    factor = (0.5 + np.random.RandomState(seed).random_sample((rows, 1))).astype(np.float32)
+    blocks[:, :2] = (d.astype(np.float32) * factor).astype(np.float16).reshape(-1, 1).view(np.uint8)
+    return data
+
+
 def _store(values: np.ndarray, role: str, shape: list[int], qtype: GGMLQuantizationType):
     """(array to write, stored ggml type). Norms, SSM scalars and conv kernels stay f32;
     q8_0 falls back to f16 where the row length is not a multiple of its 32-wide block."""
@@ -583,8 +636,11 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_model(kind: str, path, scale: str = "small", **overrides) -> dict:
+def write_model(kind: str, path, scale: str = "small", header_only: bool = False, **overrides) -> dict:
     """Write one model to path (atomically) and return its manifest entry.
+
+    header_only: the same header (metadata, tensor table) and file size with a hole of zeros for the
+    tensor data -- what a planner reads, in milliseconds and no disk, of a model too big to write here.
 
     kind: one of MODEL_NAMES. overrides: any key of resolve_params(kind) - n_layer, n_embd, n_ff,
     n_head, n_head_kv, head_dim, n_vocab, ctx_train, tensor_type (f32|f16|q8_0), seed, and the
@@ -614,10 +670,25 @@ def write_model(kind: str, path, scale: str = "small", **overrides) -> dict:
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
-        for name, shape, role in tensors:
-            data, _ = _store(_values(params["seed"], kind, name, shape, role), role, shape, qtype)
+        tiles = {}
+        if header_only:
+            fout = w.fout[0]
+            w.write_padding(fout, fout.tell())
+            end = fout.tell() + sum(GGUFWriter.ggml_pad(n, w.data_alignment) for n in tensor_bytes.values())
+            w.close()
+            os.truncate(tmp, end)
+        for name, shape, role in ([] if header_only else tensors):
+            nbytes, stored = _stored_nbytes(shape, role, qtype)
+            if params["fill"] == "tile" and role == "matrix" and stored == GGMLQuantizationType.Q8_0:
+                # fill="tile": one seeded block tile per input width, repeated (GiB-scale models in seconds)
+                if shape[0] not in tiles:
+                    tiles[shape[0]] = _q8_0_tile(params["seed"], kind, shape[0])
+                data = _tile_rows(tiles[shape[0]], nbytes, shape, _tensor_seed(params["seed"], kind, name))
+            else:
+                data, _ = _store(_values(params["seed"], kind, name, shape, role), role, shape, qtype)
             w.write_tensor_data(data)
-        w.close()
+        if not header_only:
+            w.close()
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
@@ -628,7 +699,8 @@ def write_model(kind: str, path, scale: str = "small", **overrides) -> dict:
     entry = {
         "path": str(path),
         "size": path.stat().st_size,
-        "sha256": file_sha256(path),
+        "sha256": None if header_only else file_sha256(path),
+        "header_only": header_only,
         "architecture": arch,
         "kind": kind,
         "scale": scale,
@@ -665,7 +737,7 @@ def generate(out, names=None, scale: str = "small", log=None) -> dict:
     match out/MANIFEST.json. Returns the manifest of the named models; MANIFEST.json keeps
     entries of models not regenerated this time."""
     out = Path(out)
-    names = list(names or MODEL_NAMES)
+    names = list(names or [n for n in MODEL_NAMES if n in RECIPES[scale]])
     bad = [n for n in names if n not in KIND_KEYS]
     if bad:
         raise ValueError(f"unknown model name(s) {', '.join(bad)}; choose from {', '.join(MODEL_NAMES)}")
@@ -702,7 +774,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="directory to write the models and MANIFEST.json into")
     ap.add_argument("--only", nargs="+", metavar="NAME", choices=MODEL_NAMES, help="generate only these models")
     ap.add_argument("--scale", choices=sorted(RECIPES), default="small",
-                    help="small: 0.1-1.2 MB each, for CI; medium: 40-650 MB each, for planner accuracy runs")
+                    help="small: 0.1-1.2 MB each, for CI; medium: 40-650 MB each, for planner accuracy runs; "
+                         "real: the deployed 27B shape (qwen35 only), ~27 GiB at q8_0 with fill=tile")
     args = ap.parse_args(argv)
     manifest = generate(args.out, args.only, args.scale, log=lambda m: print(f"gen_models: {m}", file=sys.stderr))
     json.dump(manifest, sys.stdout, indent=2, sort_keys=True)

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Every default of runtime_retire and llama_server has an argument spec, and no spec lacks a default."""
+"""Every default of runtime_retire, llama_server and llama_rpc_worker has an argument spec, and no spec lacks a default."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from serve_roles_helpers import load_yaml, role_file  # noqa: E402
 
-ROLES = ['runtime_retire', 'llama_server']
+ROLES = ['runtime_retire', 'llama_server', 'llama_rpc_worker']
 
 
 @pytest.mark.parametrize('role', ROLES)

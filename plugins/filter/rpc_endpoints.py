@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+DOCUMENTATION = r"""
+name: rpc_endpoints
+short_description: The head's llama.cpp C(--rpc) list from the llm_rpc_workers group
+version_added: 0.1.0
+description:
+  - One C(address:port) per worker device, workers in group order and each worker's
+    C(llama_rpc_worker_devices) in list order -- the order llama.cpp names them C(RPC0), C(RPC1), ...
+  - Each worker's C(dankfleet_private_address) must be one private IP (RFC 1918, C(fc00::/7), C(100.64/10) or
+    loopback); C(0.0.0.0), C(::) and public addresses are refused with the reason (ggml-rpc-server has no
+    authentication).
+options:
+  _input:
+    description: The workers' hostvars, C(groups['llm_rpc_workers'] | map('extract', hostvars)).
+    type: list
+    elements: dict
+    required: true
+author:
+  - dankfleet engineers (@dankfleet)
+"""
+EXAMPLES = r"""
+- name: The head's --rpc list
+  ansible.builtin.set_fact:
+    llama_server_rpc: "{{ groups['llm_rpc_workers'] | default([]) | map('extract', hostvars) | dankfleet.llm.rpc_endpoints }}"
+"""
+RETURN = r"""
+_value:
+  description: C(address:port) strings (IPv6 in brackets).
+  type: list
+  elements: str
+"""
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from ansible_collections.dankfleet.llm.plugins.module_utils import rpc_fleet
+except ImportError:  # pragma: no cover - only when the collection is not on the path
+    rpc_fleet = None
+
+MIB = 1024 * 1024
+
+
+def _workers(hosts):
+    """Worker dicts from hostvars (map('extract', hostvars) of the llm_rpc_workers group)."""
+    out = []
+    for hv in hosts or []:
+        if not hasattr(hv, "get"):
+            raise AnsibleFilterError("expected the workers' hostvars (groups['llm_rpc_workers'] | map('extract', hostvars)), "
+                                     "got %r" % (hv,))
+        facts = hv.get("ansible_facts") or {}
+        gpus = hv.get("gpu_facts")
+        backend = hv.get("llama_rpc_worker_backend") or "cpu"
+        memtotal = facts.get("memtotal_mb") or hv.get("ansible_memtotal_mb")
+        if backend == "cpu" and memtotal:
+            gpus = [{"name": "CPU", "vram_total_bytes": int(memtotal) * MIB}]
+        out.append({"host": hv.get("inventory_hostname"), "address": hv.get("dankfleet_private_address"),
+                    "devices": hv.get("llama_rpc_worker_devices"), "backend": backend, "gpus": gpus})
+    return out
+
+
+def _call(name, fn, *args):
+    if rpc_fleet is None:
+        raise AnsibleFilterError("dankfleet.llm.%s: plugins/module_utils/rpc_fleet.py could not be imported" % name)
+    try:
+        return fn(*args)
+    except rpc_fleet.RpcFleetError as exc:
+        raise AnsibleFilterError("dankfleet.llm.%s: %s; nothing was changed" % (name, exc))
+
+
+def rpc_endpoints(hosts):
+    return _call("rpc_endpoints", rpc_fleet.rpc_endpoints, _workers(hosts))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"rpc_endpoints": rpc_endpoints}
