@@ -26,7 +26,8 @@ description:
     C(cpu) a first cut from llama-fit-params, C(cuda) a placeholder) kept in C(PROFILES) in
     C(plugins/module_utils/fit_plan.py).
   - Malformed input (missing fields, no GPU, a split whose length differs from the device count, an
-    architecture whose layers cannot be sized) fails the task with a message naming the field. A plan that
+    architecture whose layers cannot be sized, a NaN, infinite, negative or out-of-range number anywhere in the
+    facts, a negative O(serve.ctx_size)) fails the task with a message naming the field. A plan that
     does not fit, or breaks a speculative-decoding or cache-ram rule, is returned with O(fits=false) and the
     reasons in RV(_value.errors).
 positional: model, serve, drafter, mmproj, host_ram_bytes
@@ -247,7 +248,8 @@ def fit_plan(gpus, model=None, serve=None, drafter=None, mmproj=None, host_ram_b
         return plan(gpus, model, serve, drafter=drafter, mmproj=mmproj, host_ram_bytes=host_ram_bytes)
     except FitPlanError as exc:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: %s" % exc)
-    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, OverflowError, IndexError,
+            RecursionError) as exc:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: malformed input (%s: %s); pass gpu_facts/gguf_info results "
                                  "and a serve dict as documented (ansible-doc -t filter dankfleet.llm.fit_plan)"
                                  % (type(exc).__name__, exc))

@@ -275,6 +275,47 @@ def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# No input number beyond this is a real size, count or rate (2**53 bytes = 8 PiB; floats stay exact below it).
+MAX_INPUT_NUMBER = 2 ** 53
+MAX_INPUT_DEPTH = 16
+
+
+# Subtrees of gguf_info's result the planner never reads: the raw metadata dump and the tensor table.
+UNREAD_FACTS = ("metadata", "tensors")
+
+
+def check_inputs(**inputs):
+    """Refuse, naming where, a non-finite or out-of-range number, a negative size, or absurd nesting.
+
+    Runs before anything is computed, so no NaN reaches a split and no huge number an OverflowError.
+    Negative numbers are refused in the GGUF facts (model, drafter, mmproj) and in the byte counts of
+    gpus; serve has its own per-field rules. gguf_info's raw metadata and tensor table are not read.
+    """
+    stack = [(name, name, value, 0) for name, value in sorted(inputs.items())]
+    while stack:
+        root, where, value, depth = stack.pop()
+        if depth > MAX_INPUT_DEPTH:
+            raise FitPlanError("%s is nested deeper than %d levels: not gpu_facts/gguf_info output or a serve dict"
+                               % (where, MAX_INPUT_DEPTH))
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        if isinstance(value, (int, float)):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise FitPlanError("%s is %r: every size, count and share must be a finite number" % (where, value))
+            if abs(value) > MAX_INPUT_NUMBER:
+                raise FitPlanError("%s is %r, out of range (more than 2**53): not a real size or count"
+                                   % (where, value))
+            if value < 0 and (root in ("model", "drafter", "mmproj") or (root == "gpus" and "bytes" in where)):
+                raise FitPlanError("%s is %r: a size or count from gpu_facts/gguf_info is never negative; pass the "
+                                   "module's result unmodified" % (where, value))
+            continue
+        if isinstance(value, dict):
+            stack.extend((root, "%s.%s" % (where, k), v, depth + 1) for k, v in value.items()
+                         if not (depth == 0 and root != "gpus" and k in UNREAD_FACTS))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((root, "%s[%d]" % (where, i), v, depth + 1) for i, v in enumerate(value))
+
+
 def _int_field(d, key, where, default=None, minimum=None, required=False):
     if d is None or key not in d or d.get(key) is None:
         if required:
@@ -289,6 +330,8 @@ def _int_field(d, key, where, default=None, minimum=None, required=False):
         raise FitPlanError("%s.%s must be an integer, got %r" % (where, key, v))
     if minimum is not None and v < minimum:
         raise FitPlanError("%s.%s must be >= %d, got %d" % (where, key, minimum, v))
+    if abs(v) > MAX_INPUT_NUMBER:
+        raise FitPlanError("%s.%s is %d, out of range (more than 2**53)" % (where, key, v))
     return v
 
 
@@ -454,8 +497,10 @@ def _normalize_serve(serve, model, drafter):
         for x in ts:
             try:
                 vals.append(float(x))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise FitPlanError("serve.tensor_split entry %r is not a number" % (x,))
+            if not math.isfinite(vals[-1]) or vals[-1] > MAX_INPUT_NUMBER:
+                raise FitPlanError("serve.tensor_split entry %r is not a finite share (at most 2**53)" % (x,))
         if any(v < 0 for v in vals) or sum(vals) <= 0:
             raise FitPlanError("serve.tensor_split %r: entries must be >= 0 and not all zero" % (list(ts),))
         s["tensor_split"] = vals
@@ -1406,6 +1451,7 @@ def _max_ctx(c, split, floor, auto):
 
 def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     """Plan one llama-server deployment; see the module docstring and the filter's DOCUMENTATION."""
+    check_inputs(gpus=gpus, model=model, serve=serve, drafter=drafter, mmproj=mmproj, host_ram_bytes=host_ram_bytes)
     c = _prepare(gpus, model, serve, drafter, mmproj)
     if host_ram_bytes is not None:
         if not _is_int(host_ram_bytes) or host_ram_bytes <= 0:

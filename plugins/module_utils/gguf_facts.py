@@ -23,6 +23,7 @@ Layer kinds (``layers[i].kind``), as llama.cpp b11434 decides them:
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import math
 import re
 
 if __name__.startswith("ansible_collections."):
@@ -70,6 +71,83 @@ RS_ROLLBACK_ARCHS = frozenset(["kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "de
                                "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"])
 DRAFTER_ARCHS = frozenset(["dflash"])
 MMPROJ_ARCHS = frozenset(["clip"])
+
+# llama.cpp b11434 src/llama-hparams.h: #define LLAMA_MAX_LAYERS 512 (per-layer arrays are sized by it).
+LLAMA_MAX_LAYERS = 512
+# The sizing keys are u32 in every real file; a value beyond is corruption, not a model.
+MAX_UINT = (1 << 32) - 1
+
+# What each key the facts are derived from must hold (arch-relative unless it contains a dot
+# prefix of its own): a wrong-typed, negative or non-finite value is refused naming the key.
+UINT, PER_LAYER, LAYER_FLAGS, FLOAT, STRING, BOOL, UINT_ARRAY, STRING_ARRAY = (
+    "an unsigned integer", "an unsigned integer or an array of them (one per layer)",
+    "an unsigned integer or an array of 0/1 or booleans (one per layer)", "a finite number >= 0", "a string",
+    "a boolean", "an array of unsigned integers", "an array of strings")
+ARCH_KEYS = {
+    "block_count": UINT, "nextn_predict_layers": UINT, "context_length": UINT, "embedding_length": UINT,
+    "attention.key_length": UINT, "attention.value_length": UINT, "attention.key_length_swa": UINT,
+    "attention.value_length_swa": UINT, "attention.sliding_window": UINT, "full_attention_interval": UINT,
+    "vocab_size": UINT, "ssm.conv_kernel": UINT, "ssm.inner_size": UINT, "ssm.state_size": UINT,
+    "ssm.group_count": UINT, "ssm.time_step_rank": UINT, "wkv.head_size": UINT, "token_shift_count": UINT,
+    "rope.dimension_count": UINT, "rope.scaling.original_context_length": UINT, "block_size": UINT,
+    "selector_rank": UINT, "selector_top_k": UINT, "conv_kernel_size": UINT, "conv_group_size": UINT,
+    "hyper_connection.count": UINT,
+    "attention.head_count": PER_LAYER, "attention.head_count_kv": PER_LAYER, "feed_forward_length": PER_LAYER,
+    "attention.sliding_window_pattern": LAYER_FLAGS, "attention.recurrent_layers": LAYER_FLAGS,
+    "rope.freq_base": FLOAT, "rope.scaling.factor": FLOAT, "rope.scaling.type": STRING,
+    "rope.dimension_sections": UINT_ARRAY, "target_layers": UINT_ARRAY, "attention.causal": BOOL,
+}
+GLOBAL_KEYS = {
+    "general.architecture": STRING, "general.name": STRING, "general.file_type": UINT,
+    "tokenizer.ggml.tokens": STRING_ARRAY, "tokenizer.ggml.mask_token_id": UINT,
+    "dflash.sample_from_anchor": BOOL,
+    "clip.projector_type": STRING, "clip.has_vision_encoder": BOOL, "clip.has_audio_encoder": BOOL,
+    "clip.vision.image_size": UINT, "clip.vision.embedding_length": UINT, "clip.vision.projection_dim": UINT,
+}
+
+
+def _is_uint(v):
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_UINT
+
+
+def _value_ok(value, kind):
+    if kind == UINT:
+        return _is_uint(value)
+    if kind == PER_LAYER:
+        return _is_uint(value) or (isinstance(value, list) and all(_is_uint(x) for x in value))
+    if kind == LAYER_FLAGS:
+        return _is_uint(value) or (isinstance(value, list) and all(isinstance(x, bool) or x in (0, 1) for x in value))
+    if kind == FLOAT:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0)
+    if kind == STRING:
+        return isinstance(value, str)
+    if kind == BOOL:
+        return isinstance(value, bool) or value in (0, 1)
+    if kind == UINT_ARRAY:
+        return isinstance(value, list) and all(_is_uint(x) for x in value)
+    if kind == STRING_ARRAY:
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    return True
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_fields(g, arch):
+    """Refuse, naming the key, a sizing key whose value is wrong-typed, negative, non-finite or out of range."""
+    wanted = dict(GLOBAL_KEYS)
+    if arch:
+        wanted.update(("%s.%s" % (arch, k), v) for k, v in ARCH_KEYS.items())
+    for key, kind in sorted(wanted.items()):
+        if key not in g.fields:
+            continue
+        value = g.fields[key]
+        if not _value_ok(value, kind):
+            raise GGUFError(g.path, "metadata %s is %s %s, expected %s"
+                            % (key, g.field_types.get(key, type(value).__name__), _short(value), kind))
+
 
 INPUT_TENSORS = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
 _BLK = re.compile(r"^blk\.(\d+)\.")
@@ -172,6 +250,7 @@ def facts_from_gguf(g):
     """Facts dict of a parsed GGUFFile."""
     f = g.fields
     arch = f.get("general.architecture")
+    check_fields(g, arch if isinstance(arch, str) else None)
     facts = {
         "path": g.path,
         "file_size": g.file_size,
@@ -218,6 +297,9 @@ def facts_from_gguf(g):
         return f.get(a + suffix, default)
 
     n_layer_all = int(key("block_count", 0) or 0)
+    if n_layer_all > LLAMA_MAX_LAYERS:
+        raise GGUFError(g.path, "metadata %sblock_count is %d, expected at most %d (LLAMA_MAX_LAYERS of llama.cpp "
+                        "b11434): not a model llama.cpp can load" % (a, n_layer_all, LLAMA_MAX_LAYERS))
     nextn = int(key("nextn_predict_layers", 0) or 0)
     if nextn > n_layer_all:
         raise GGUFError(g.path, "corrupt: %snextn_predict_layers %d > block_count %d" % (a, nextn, n_layer_all))

@@ -20,6 +20,17 @@ The contract, in the order fetch() applies it:
 * A 200 answer to a Range request restarts the .part from zero; 416 on a
   complete .part goes straight to verification; connection loss, stalls
   (timeout) and 5xx are retried with exponential backoff.
+* A fetch always ends: an attempt receiving fewer than MIN_PROGRESS_BYTES in
+  any `timeout` seconds is cut off and retried (a dribbling server), and
+  progress is new bytes beyond the furthest byte any
+  earlier attempt reached (at least MIN_PROGRESS_BYTES of them, or the rest
+  of the file), so a server that restarts every range from byte 0 or lies
+  about lengths uses up the retry budget; the attempts of one run are capped
+  at (retries + 1) * ATTEMPTS_PER_TRY whatever happens.
+* Every redirect is checked against the policy the url passed (http or
+  https, a host, no https -> http downgrade) before it is followed.
+* dest must be absolute; one lock per destination file (<dest>.lock, flock),
+  so two different files in one directory download at once.
 * <dest> appears only by an atomic rename of a .part whose size and sha256
   both match. A complete .part that does not match goes to the trash.
 * Before any byte is downloaded, the destination filesystem must have the
@@ -43,11 +54,17 @@ import re
 import shutil
 import socket
 import ssl
+import stat
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
+else:  # plain python (benchmarks) with plugins/module_utils on sys.path
+    from regular_file import file_kind, open_regular
 
 STAMP_SUFFIX = ".verified.json"
 PART_SUFFIX = ".part"
@@ -59,6 +76,14 @@ HASH_READ_CHUNK = 1024 * 1024
 # Statuses a retry may cure; anything else (401, 403, 404, ...) fails at once.
 RETRYABLE_HTTP = frozenset((408, 425, 429, 500, 502, 503, 504))
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTENT_LENGTH_RE = re.compile(r"^\s*(\d{1,20})\s*$")
+ALLOWED_SCHEMES = ("http", "https")
+LOCK_SUFFIX = ".lock"
+# An attempt counts as progress only with this many new bytes past the furthest byte reached before
+# (or the rest of the file): a server dribbling a byte per attempt cannot keep the loop alive.
+MIN_PROGRESS_BYTES = 16 * 1024
+# Hard cap on the attempts of one run: (retries + 1) times this, progress or not.
+ATTEMPTS_PER_TRY = 20
 _CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
 
 
@@ -139,12 +164,17 @@ def hash_file(path, chunk=HASH_READ_CHUNK, limit=None, hasher=None):
     return h, n
 
 
+class _NotRegular(Exception):
+    pass
+
+
 def read_stamp(dest):
+    """The stamp beside dest, or None (absent, not a regular file, not JSON, not an object)."""
     try:
-        with open(dest + STAMP_SUFFIX) as f:
-            data = json.load(f)
+        with open_regular(dest + STAMP_SUFFIX, _NotRegular, "stamp", max_bytes=1 << 16) as f:
+            data = json.loads(f.read().decode("utf-8"))
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, _NotRegular, RecursionError):
         return None
 
 
@@ -301,15 +331,63 @@ class _PipelinedHasher:
         self._t.join(timeout=10)
 
 
+def url_policy_problem(url, previous=None):
+    """Why url may not be fetched (None when it may): http(s), a host, no downgrade from https.
+
+    The original url and every redirect target are held to the same policy.
+    """
+    try:
+        p = urllib.parse.urlsplit(url)
+        p.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as e:
+        return "%r is not a valid URL (%s)" % (redact_url_safe(url), e)
+    scheme = p.scheme.lower()
+    if scheme not in ALLOWED_SCHEMES:
+        return "the scheme of %r is %r; only http:// and https:// are fetched" % (redact_url_safe(url), scheme or "")
+    if not p.hostname:
+        return "%r names no host" % redact_url_safe(url)
+    if previous is not None and urllib.parse.urlsplit(previous).scheme.lower() == "https" and scheme == "http":
+        return "%r would downgrade https to plain http" % redact_url_safe(url)
+    return None
+
+
+def redact_url_safe(url):
+    try:
+        return redact_url(url)
+    except ValueError:
+        return "(unparsable url)"
+
+
+class RedirectRefused(Exception):
+    """A redirect the policy refuses: never followed."""
+
+
 class _RedirectKeepingTokenOnSameOrigin(urllib.request.HTTPRedirectHandler):
-    """Follow redirects; resend the bearer token only while the origin stays the same.
+    """Follow redirects the url policy allows; resend the bearer token only while the origin stays the same.
 
     The Hub answers /resolve/ with a redirect to a signed CDN URL: the token
-    must not travel there.
+    must not travel there. A redirect to another scheme (ftp://, file://), to
+    no host, or from https down to http is refused, not followed.
     """
+
+    max_redirections = 10
 
     def __init__(self, token):
         self._token = token
+
+    def http_error_302(self, req, fp, code, msg, headers):
+        # Checked here, before urllib's own scheme test, so every refusal names the policy.
+        newurl = headers.get("location") or headers.get("uri")
+        if newurl:
+            target = urllib.parse.urljoin(req.full_url, newurl)
+            problem = url_policy_problem(target, previous=req.full_url)
+            if problem:
+                fp.close()
+                raise RedirectRefused("HTTP %d from %s redirects to %s: refused, %s" % (
+                    code, redact_url_safe(req.full_url), redact_url_safe(target), problem))
+        return urllib.request.HTTPRedirectHandler.http_error_302(self, req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         new = urllib.request.HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
@@ -331,6 +409,17 @@ def build_opener(token=None, validate_certs=True):
     return urllib.request.build_opener(*handlers)
 
 
+def parse_content_length(value, url):
+    """Content-Length as an int, None when absent; a malformed one is a FetchError naming it."""
+    if value is None:
+        return None
+    m = _CONTENT_LENGTH_RE.match(value)
+    if not m:
+        raise FetchError("the server sent a malformed Content-Length %r for %s (expected a byte count): a broken or "
+                         "lying server; fix the mirror or use another url" % (value[:80], redact_url_safe(url)))
+    return int(m.group(1))
+
+
 def _parse_content_range(value):
     """'bytes a-b/n' -> (a, b, n); 'bytes */n' -> (None, None, n); n may be None."""
     m = _CONTENT_RANGE_RE.match(value or "")
@@ -339,6 +428,24 @@ def _parse_content_range(value):
     a, b, n = m.group(1), m.group(2), m.group(3)
     return (None if a is None else int(a), None if b is None else int(b),
             None if n == "*" else int(n))
+
+
+def _read_some(resp, view):
+    """Read at most len(view) bytes with at most one recv; 0 at the end of the body.
+
+    A body of known length is read straight into view (BufferedReader.readinto1, the length kept the way
+    HTTPResponse keeps it); a chunked one through read1 and a copy.
+    """
+    fp = getattr(resp, "fp", None)
+    if not getattr(resp, "chunked", True) and getattr(resp, "length", None) is not None and hasattr(fp, "readinto1"):
+        if not resp.length:
+            return 0
+        k = fp.readinto1(view[:resp.length])
+        resp.length -= k
+        return k
+    data = resp.read1(len(view))
+    view[:len(data)] = data
+    return len(data)
 
 
 class Fetcher:
@@ -350,7 +457,7 @@ class Fetcher:
                  validate_certs=True, fsync=True, chunk_size=DEFAULT_CHUNK,
                  check_mode=False, disk_free=None, user_agent="dankfleet.llm.gguf_fetch"):
         self.url = url
-        self.dest = os.path.abspath(dest) if dest else dest
+        self.dest = os.path.normpath(dest) if dest else dest
         self.size, self.sha256 = validate_declared(size, sha256)
         self.token = token or None
         self.verify = verify
@@ -369,6 +476,7 @@ class Fetcher:
         self.disk_free = disk_free or disk_free_bytes
         self.user_agent = user_agent
         self.part = self.dest + PART_SUFFIX if dest else None
+        self.lock = self.dest + LOCK_SUFFIX if dest else None
         self.result = {
             "changed": False,
             "status": None,
@@ -397,19 +505,33 @@ class Fetcher:
             raise FetchError("verify must be 'stamp' or 'full', got %r" % (self.verify,))
         if not self.url:
             raise FetchError("url is required")
-        scheme = urllib.parse.urlsplit(self.url).scheme.lower()
-        if scheme not in ("http", "https"):
-            raise FetchError("url must be http:// or https://, got %r" % redact_url(self.url))
+        problem = url_policy_problem(self.url)
+        if problem:
+            raise FetchError("url must be http:// or https:// with a host: %s" % problem)
         if not self.dest or self.dest.endswith(os.sep):
             raise FetchError("dest must be a file path, got %r" % (self.dest,))
+        if not os.path.isabs(self.dest):
+            raise FetchError("dest must be an absolute path, got %r (relative to what? give /<dir>/<file>.gguf). "
+                             "Nothing was downloaded" % (self.dest,))
         if self.retries < 0:
             raise FetchError("retries must be >= 0, got %d" % self.retries)
         if self.timeout <= 0:
             raise FetchError("timeout must be > 0 seconds, got %s" % self.timeout)
         if self.disk_margin_bytes < 0:
             raise FetchError("disk_margin_bytes must be >= 0, got %d" % self.disk_margin_bytes)
+        for what, path in (("trash_dir", self.trash_dir), ("progress_log", self.progress_log)):
+            if path and not os.path.isabs(path):
+                raise FetchError("%s must be an absolute path, got %r. Nothing was downloaded" % (what, path))
         if os.path.isdir(self.dest):
             raise FetchError("dest %s is a directory; give the file path (<dir>/<file>.gguf)" % self.dest)
+        for path in (self.dest, self.part, self.lock):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise FetchError("%s exists and is %s, not a regular file: gguf_fetch neither reads nor moves it; "
+                                 "point dest elsewhere. Nothing was changed" % (path, file_kind(st.st_mode)))
         parent = os.path.dirname(self.dest)
         if not os.path.isdir(parent) and not self.check_mode:
             raise FetchError("the directory of dest does not exist: %s (create it first, e.g. with ansible.builtin.file)" % parent)
@@ -492,7 +614,12 @@ class Fetcher:
             req.add_unredirected_header("Authorization", "Bearer " + self.token)
         try:
             return opener.open(req, timeout=self.timeout)
+        except RedirectRefused as e:
+            raise FetchError("%s. Nothing was downloaded from there; fix the url or the mirror" % e)
         except urllib.error.HTTPError as e:
+            if 300 <= e.code < 400:
+                raise FetchError("HTTP %d from %s: redirect not followed (%s); fix the url or the mirror"
+                                 % (e.code, redact_url(self.url), e.msg))
             return e  # an HTTPError is a response too (416 carries Content-Range)
         except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)
@@ -539,6 +666,13 @@ class Fetcher:
                 if not cr or cr[0] is None:
                     raise _Retryable("206 without a usable Content-Range (%r)" % headers.get("Content-Range"))
                 start, end, total = cr
+                if end < start:
+                    raise FetchError("the server sent Content-Range %r for %s: the range ends before it starts"
+                                     % (headers.get("Content-Range"), redact_url(self.url)))
+                length = parse_content_length(headers.get("Content-Length"), self.url)
+                if length is not None and length != end - start + 1:
+                    raise _Retryable("206 whose Content-Length %d disagrees with its Content-Range %r"
+                                     % (length, headers.get("Content-Range")))
                 if total is not None and total != self.size:
                     raise FetchError("the server has %d bytes at %s but the manifest declares %d: fix the manifest "
                                      "(size from the Hub, not from a local file) or the URL"
@@ -549,8 +683,8 @@ class Fetcher:
                     raise _Retryable("server sent a range starting at %d instead of %d" % (start, offset))
                 expect = end - start + 1
             else:
-                length = headers.get("Content-Length")
-                if length is not None and int(length) != self.size:
+                length = parse_content_length(headers.get("Content-Length"), self.url)
+                if length is not None and length != self.size:
                     raise FetchError("the server has %s bytes at %s but the manifest declares %d: fix the manifest "
                                      "(size from the Hub, not from a local file) or the URL"
                                      % (length, redact_url(self.url), self.size))
@@ -585,13 +719,33 @@ class Fetcher:
         fd = state["fd"]
         got_total = 0
         t0 = time.monotonic()
+        # Low-speed limit (curl's --speed-limit/--speed-time): a server dribbling a byte just inside the
+        # timeout would otherwise hold one attempt for size x timeout seconds.
+        window_t, window_bytes = t0, 0
         try:
             while got_total < expect:
                 buf = hasher.get_buffer()
                 mv = memoryview(buf)
                 want = min(len(buf), expect - got_total)
+                n = 0
                 try:
-                    n = resp.readinto(mv[:want])
+                    # read1: at most one recv per call, so the clock is checked while a slow buffer fills
+                    # (readinto would block until the whole buffer arrived, however slowly)
+                    while n < want:
+                        k = _read_some(resp, mv[n:want])
+                        if not k:
+                            break
+                        n += k
+                        window_bytes += k
+                        now = time.monotonic()
+                        if now - window_t >= self.timeout:
+                            if window_bytes < MIN_PROGRESS_BYTES:
+                                raise _Retryable("slower than %d bytes in %ss (%d bytes) at byte %d"
+                                                 % (MIN_PROGRESS_BYTES, self.timeout, window_bytes, state["offset"]))
+                            window_t, window_bytes = now, 0
+                except _Retryable:
+                    hasher.give_back(buf)
+                    raise
                 except (socket.timeout, TimeoutError):
                     hasher.give_back(buf)
                     raise _Retryable("no data for %ss (stalled) at byte %d" % (self.timeout, state["offset"]))
@@ -639,6 +793,8 @@ class Fetcher:
         hasher = _PipelinedHasher(chunk, hasher=prefix_hasher)
         state["fd"] = self._open_part(offset)
         failures = 0
+        furthest = offset          # the furthest byte any attempt of this run reached
+        max_attempts = (self.retries + 1) * ATTEMPTS_PER_TRY
         t_start = time.monotonic()
         try:
             while True:
@@ -650,13 +806,19 @@ class Fetcher:
                     self._attempt(opener, hasher, state)
                     break
                 except _Retryable as e:
-                    if state["offset"] > before:
-                        failures = 0  # progress was made: the budget is for consecutive failures
+                    # Progress is new bytes past the furthest point reached before, and enough of them:
+                    # a server restarting from 0 or dribbling a byte per answer does not reset the budget.
+                    gained = state["offset"] - furthest
+                    if gained >= min(MIN_PROGRESS_BYTES, self.size - furthest) and gained > 0:
+                        failures = 0
+                    furthest = max(furthest, state["offset"])
                     failures += 1
-                    if failures > self.retries:
-                        raise FetchError("giving up after %d attempts (%d retries without progress): %s. "
+                    if failures > self.retries or self.result["attempts"] >= max_attempts:
+                        why = ("%d retries without progress" % self.retries if failures > self.retries
+                               else "the cap of %d attempts per run" % max_attempts)
+                        raise FetchError("giving up after %d attempts (%s): %s. "
                                          "%s holds %d of %d bytes; re-run to resume"
-                                         % (self.result["attempts"], self.retries, e, self.part,
+                                         % (self.result["attempts"], why, e, self.part,
                                             state["offset"], self.size))
                     delay = min(self.retry_delay * (2 ** (failures - 1)), self.retry_delay_max)
                     self._log.line("attempt %d failed: %s; retry in %.1fs" % (self.result["attempts"], e, delay))
@@ -737,13 +899,8 @@ class Fetcher:
                 self._preflight_disk(r["would_download_bytes"])
             return r
 
-        lock_fd = os.open(os.path.dirname(self.dest), os.O_RDONLY)
+        lock_fd = self._lock()
         try:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                raise FetchError("another gguf_fetch is writing in %s (flock held); wait for it to finish"
-                                 % os.path.dirname(self.dest))
             self._log = ProgressLog(self.progress_log, os.path.basename(self.dest), self.progress_interval)
             try:
                 if isinstance(present, dict):
@@ -766,7 +923,32 @@ class Fetcher:
             finally:
                 self._log.close()
         finally:
-            os.close(lock_fd)
+            self._unlock(lock_fd)
+
+    def _lock(self):
+        """flock <dest>.lock (one lock per destination file); refuse at once when another fetch holds it."""
+        while True:
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise FetchError("another gguf_fetch is writing %s (flock on %s held); wait for it to finish"
+                                 % (self.dest, self.lock))
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)  # the holder removed it between our open and our lock: lock the new one
+
+    def _unlock(self, fd):
+        try:
+            os.unlink(self.lock)  # while still held: a waiter that opened it re-checks the inode
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def fetch(url, dest, size, sha256, **kwargs):

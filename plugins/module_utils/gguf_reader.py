@@ -11,6 +11,11 @@ Every failure is a ``GGUFError`` whose message names the file and the problem:
 not a GGUF file, a version this reader does not support, a file cut short (in the
 header, or a tensor whose data would lie past the end of the file), an unknown
 ggml type, an inconsistent tensor table.
+
+The file is hostile until proven otherwise: only a regular file is opened (a FIFO or
+a device is refused from its fstat, opened O_NONBLOCK so the open itself cannot
+block), and every count and length read from it is bounded by the bytes the rest of
+the file can hold and by a sane maximum before anything is allocated or looped over.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -19,12 +24,33 @@ __metaclass__ = type
 import os
 import struct
 
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
+else:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path
+    from regular_file import open_regular
+
 GGUF_MAGIC = b"GGUF"
 GGUF_SUPPORTED_VERSIONS = (2, 3)   # gguf.cpp b11434: v1 refused, > GGUF_VERSION (3) refused
 GGUF_DEFAULT_ALIGNMENT = 32
 GGML_MAX_DIMS = 4
 GGML_MAX_NAME = 64
 QK_K = 256
+# Sane maxima, far above any real model (the largest have ~2k tensors, ~100 metadata keys,
+# ~260k-entry vocab arrays): a count beyond them is corruption, refused before any allocation.
+MAX_TENSORS = 1 << 16
+MAX_METADATA = 1 << 16
+MAX_ARRAY = 1 << 21
+MAX_ARRAY_ELEMENTS = 1 << 22       # all arrays together (a vocab, its merges, scores and types: ~1.3M)
+MAX_KEY_BYTES = 1 << 16
+MAX_STRING_BYTES = 1 << 24         # one metadata string (chat templates are tens of KiB)
+# The header (metadata and tensor table) of the largest real models is tens of MiB: a file that claims more
+# is refused there, so a sparse terabyte of zeros cannot keep the reader busy or fill memory.
+MAX_HEADER_BYTES = 1 << 28
+INT64_MAX = (1 << 63) - 1
+# The fewest bytes one entry can take: a metadata entry is a key (8-byte length + >= 1 byte),
+# a 4-byte type and a >= 1-byte value; a tensor info a name (8 + >= 1), n_dims (4), type (4), offset (8).
+MIN_KV_BYTES = 8 + 1 + 4 + 1
+MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 4 + 8
 
 # ggml_type id -> (name, elements per block, bytes per block), from ggml.h / ggml-common.h b11434.
 GGML_TYPES = {
@@ -134,8 +160,12 @@ class _Stream(object):
         self.buf_pos = 0      # file offset of buf[0]
         self.pos = 0          # current file offset
         self.endian = "<"
+        self.array_elements = 0   # elements of all arrays so far (MAX_ARRAY_ELEMENTS)
 
     def _fill(self, n, what):
+        if self.pos + n > MAX_HEADER_BYTES:
+            raise GGUFError(self.path, "corrupt: reading %s at offset %d would take the header past %d bytes, expected "
+                            "a header (metadata and tensor table) smaller than that" % (what, self.pos, MAX_HEADER_BYTES))
         start = self.pos - self.buf_pos
         if start + n <= len(self.buf):
             return start
@@ -162,11 +192,19 @@ class _Stream(object):
         self.pos += size
         return value
 
-    def string(self, what):
+    @property
+    def remaining(self):
+        return max(self.file_size - self.pos, 0)
+
+    def string(self, what, maximum=MAX_STRING_BYTES):
         n = self.unpack("Q", what + " (length)")
-        if n > self.file_size:
-            raise GGUFError(self.path, "corrupt: %s at offset %d claims %d bytes, more than the whole file (%d bytes)"
-                            % (what, self.pos - 8, n, self.file_size))
+        if n > self.remaining:
+            raise GGUFError(self.path, "corrupt or truncated: %s at offset %d claims %d bytes, more than the %d bytes "
+                            "left in the file (%d bytes): expected a string length that fits"
+                            % (what, self.pos - 8, n, self.remaining, self.file_size))
+        if maximum is not None and n > maximum:
+            raise GGUFError(self.path, "corrupt: %s at offset %d is %d bytes long, expected at most %d"
+                            % (what, self.pos - 8, n, maximum))
         raw = self.read(n, what)
         try:
             return raw.decode("utf-8")
@@ -238,28 +276,30 @@ def _read_value(st, type_id, what, depth=0):
     if elem is None or elem_type == 9:
         raise GGUFError(st.path, "corrupt: %s is an array of unknown/invalid GGUF type %d" % (what, elem_type))
     elem_name, elem_fmt = elem
-    if count > st.file_size:
-        raise GGUFError(st.path, "corrupt: %s claims %d elements, more than the file has bytes" % (what, count))
+    min_size = struct.calcsize(st.endian + elem_fmt) if elem_fmt is not None else 8
+    if count * min_size > st.remaining:
+        raise GGUFError(st.path, "corrupt or truncated: %s at offset %d claims %d %s elements (>= %d bytes), more "
+                        "than the %d bytes left in the file" % (what, st.pos - 8, count, elem_name, count * min_size, st.remaining))
+    if count > MAX_ARRAY:
+        raise GGUFError(st.path, "corrupt: %s at offset %d claims %d elements, expected at most %d"
+                        % (what, st.pos - 8, count, MAX_ARRAY))
+    st.array_elements += count
+    if st.array_elements > MAX_ARRAY_ELEMENTS:
+        raise GGUFError(st.path, "corrupt: %s at offset %d brings the header's array elements to %d, expected at most %d"
+                        % (what, st.pos - 8, st.array_elements, MAX_ARRAY_ELEMENTS))
     if elem_fmt is not None:
-        size = struct.calcsize(st.endian + elem_fmt)
-        raw = st.read(size * count, what)
-        values = list(struct.unpack(st.endian + elem_fmt * count, raw)) if count else []
+        raw = st.read(min_size * count, what)
+        values = list(struct.unpack("%s%d%s" % (st.endian, count, elem_fmt), raw)) if count else []
     else:
-        values = [st.string(what) for dummy in range(count)]
+        values = [st.string("%s[%d]" % (what, i)) for i in range(count)]
     return "ARRAY[%s]" % elem_name, values
 
 
 def read_gguf(path):
     """Parse the header, metadata and tensor table of the GGUF file at path."""
     path = os.fspath(path) if hasattr(os, "fspath") else path
-    try:
-        file_size = os.path.getsize(path)
-        fh = open(path, "rb")
-    except (IOError, OSError) as exc:
-        raise GGUFError(path, "cannot open: %s" % (exc.strerror or exc))
-    if os.path.isdir(path):
-        fh.close()
-        raise GGUFError(path, "is a directory, not a GGUF file")
+    fh = open_regular(path, GGUFError, "GGUF file")
+    file_size = os.fstat(fh.fileno()).st_size
     g = GGUFFile(path)
     g.file_size = file_size
     with fh:
@@ -280,11 +320,20 @@ def read_gguf(path):
         g.version = version
         n_tensors = st.unpack("q", "tensor count")
         n_kv = st.unpack("q", "metadata count")
-        if n_tensors < 0 or n_kv < 0 or n_tensors > file_size or n_kv > file_size:
-            raise GGUFError(path, "corrupt header: %d tensors and %d metadata entries cannot fit in %d bytes"
-                            % (n_tensors, n_kv, file_size))
+        for count, what, at, least, most in ((n_tensors, "tensor count", 8, MIN_TENSOR_INFO_BYTES, MAX_TENSORS),
+                                             (n_kv, "metadata count", 16, MIN_KV_BYTES, MAX_METADATA)):
+            if count < 0 or count > most:
+                raise GGUFError(path, "corrupt header: the %s at offset %d is %d, expected 0..%d"
+                                % (what, at, count, most))
+            if count * least > st.remaining:
+                raise GGUFError(path, "truncated: the file ends at byte %d while reading the %d entries of the %s "
+                                "at offset %d (>= %d bytes needed, %d left); re-fetch the file (or the count is corrupt)"
+                                % (file_size, count, what, at, count * least, st.remaining))
         for i in range(n_kv):
-            key = st.string("metadata key #%d" % i)
+            key = st.string("metadata key #%d" % i, maximum=MAX_KEY_BYTES)
+            if not key:
+                raise GGUFError(path, "corrupt: metadata key #%d at offset %d is empty, expected a key name"
+                                % (i, st.pos - 8))
             vtype = st.unpack("I", "type of metadata %r" % key)
             tname, value = _read_value(st, vtype, "metadata %r" % key)
             if key in g.fields:
@@ -298,8 +347,15 @@ def read_gguf(path):
             raise GGUFError(path, "corrupt: general.alignment %d is not a power of 2" % align)
         g.alignment = align
         raw_tensors = []
+        seen_names = set()
         for i in range(n_tensors):
-            name = st.string("name of tensor #%d" % i)
+            name = st.string("name of tensor #%d" % i, maximum=MAX_KEY_BYTES)
+            if not name:
+                raise GGUFError(path, "corrupt: the name of tensor #%d at offset %d is empty, expected a tensor name"
+                                % (i, st.pos - 8))
+            if name in seen_names:
+                raise GGUFError(path, "corrupt: duplicate tensor name %r (tensor #%d at offset %d)" % (name, i, st.pos - 8))
+            seen_names.add(name)
             if len(name.encode("utf-8")) >= GGML_MAX_NAME:
                 raise GGUFError(path, "corrupt: tensor #%d name %r is %d bytes, ggml allows < %d"
                                 % (i, name, len(name.encode("utf-8")), GGML_MAX_NAME))
@@ -309,6 +365,12 @@ def read_gguf(path):
             shape = [st.unpack("q", "shape of tensor %r" % name) for dummy in range(n_dims)]
             if any(d < 0 for d in shape):
                 raise GGUFError(path, "corrupt: tensor %r has a negative dimension %s" % (name, shape))
+            n_el = 1
+            for d in shape:
+                n_el *= d
+            if n_el > INT64_MAX:
+                raise GGUFError(path, "corrupt: tensor %r shape %s has %d elements, more than int64 (ggml's limit) can count"
+                                % (name, shape, n_el))
             type_id = st.unpack("I", "type of tensor %r" % name)
             rel_offset = st.unpack("Q", "data offset of tensor %r" % name)
             raw_tensors.append((name, shape, type_id, rel_offset))

@@ -23,6 +23,11 @@ import json
 import os
 import re
 
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
+else:  # plain python (unit tests) with plugins/module_utils on sys.path
+    from regular_file import open_regular
+
 VENDOR_AMD = '0x1002'
 VENDOR_NVIDIA = '0x10de'
 MIB = 1024 * 1024
@@ -794,6 +799,14 @@ def collect(root='/', lspci_text=None, lspci_source='lspci -vvv', nvidia_smi_tex
     return summarize(cards, include_integrated, warnings, sources)
 
 
+# A saved result is a few KiB; anything near this is not one (and is not read into memory).
+FACTS_FILE_MAX_BYTES = 16 * MIB
+
+
+class _FactsFileError(Exception):
+    pass
+
+
 _REQUIRED = (('pci_address', str), ('vendor', str), ('vram_total_bytes', int))
 _DEFAULTS = (('vram_used_bytes', int, 0), ('vram_reserved_bytes', int, 0), ('integrated', bool, False))
 
@@ -802,11 +815,13 @@ def load_facts(path, include_integrated=False):
     """A recorded gpu_facts result (JSON) -> a fresh result: names, verdicts
     and the topology text are derived again from the recorded cards."""
     try:
-        with open(path, 'r') as handle:
-            data = json.load(handle)
+        with open_regular(path, _FactsFileError, 'saved gpu_facts result', max_bytes=FACTS_FILE_MAX_BYTES) as handle:
+            data = json.loads(handle.read().decode('utf-8'))
+    except _FactsFileError as exc:
+        raise GpuFactsError('facts_file %s: %s' % (path, exc.args[1]))
     except (IOError, OSError) as exc:
         raise GpuFactsError('facts_file %s: cannot read (%s)' % (path, exc))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise GpuFactsError('facts_file %s: not valid JSON (%s); save a gpu_facts result with '
                             'to_nice_json' % (path, exc))
     if not isinstance(data, dict) or not isinstance(data.get('gpus'), list):

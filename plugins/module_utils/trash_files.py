@@ -14,10 +14,18 @@ verifies the copy's sha256 and only then unlinks the original.
 
 The MANIFEST is tab-separated text a person can read and restore from by hand:
 
-    # dankfleet.llm trash MANIFEST v1
-    # kind  path  owner  group  mode  sha256  link_target
-    file  /etc/systemd/system/x.service  root  root  0644  <sha256>  -
-    link  /etc/systemd/system/multi-user.target.wants/x.service  root  root  0777  -  /etc/...
+    # dankfleet.llm trash MANIFEST v2
+    # kind  path  owner  group  mode  sha256  link_target  given
+    file  /etc/systemd/system/x.service  root  root  0644  <sha256>  -  /etc/systemd/system/x.service
+    link  /etc/systemd/system/multi-user.target.wants/x.service  root  root  0777  -  /etc/...  /etc/...
+
+``path`` is the file that moved, as the kernel names it (every parent resolved with
+realpath, the last component left alone so a symlink moves as a symlink); ``given``
+is the path as the caller spelled it. A v1 MANIFEST (no ``given`` column) still restores.
+
+What never moves: a system tree (/, /etc, /usr, /home, a user's home, the unit
+directories ...) or anything above one, a mount point, or a tree with a mount point
+inside; the trash directory must be absolute. Those are refusals before anything moves.
     # kind  unit  scope  user  active_state  unit_file_state  sub_state
     unit  x.service  system  -  active  enabled  running
 
@@ -41,14 +49,32 @@ import shutil
 import stat
 
 MANIFEST_NAME = 'MANIFEST'
-MANIFEST_HEADER = '# dankfleet.llm trash MANIFEST v1'
-FILE_COLUMNS = ('kind', 'path', 'owner', 'group', 'mode', 'sha256', 'link_target')
+MANIFEST_HEADER = '# dankfleet.llm trash MANIFEST v2'
+MANIFEST_HEADERS = ('# dankfleet.llm trash MANIFEST v1', MANIFEST_HEADER)
+FILE_COLUMNS = ('kind', 'path', 'owner', 'group', 'mode', 'sha256', 'link_target', 'given')
+FILE_COLUMNS_V1 = FILE_COLUMNS[:7]
 UNIT_COLUMNS = ('kind', 'unit', 'scope', 'user', 'active_state', 'unit_file_state', 'sub_state')
 UNIT_STATE_KEYS = ('active_state', 'unit_file_state', 'sub_state')
 # Where systemd reads unit configuration we may have written (never /usr/lib or /run).
 SYSTEM_UNIT_DIRS = ('/etc/systemd/system',)
 USER_UNIT_DIRS = ('.config/systemd/user',)  # relative to the user's home
 LINK_DIR_SUFFIXES = ('.wants', '.requires', '.upholds')
+# Trees no retire may move, nor anything above them (so '/' and '/usr/..' are refused too).
+SYSTEM_TREES = (
+    '/', '/bin', '/boot', '/dev', '/efi', '/etc', '/home', '/lib', '/lib32', '/lib64', '/libx32', '/lost+found',
+    '/media', '/mnt', '/opt', '/proc', '/root', '/run', '/sbin', '/snap', '/srv', '/sys', '/tmp', '/usr', '/var',
+    '/etc/systemd', '/etc/systemd/system', '/etc/systemd/user', '/etc/containers', '/etc/containers/systemd',
+    '/usr/bin', '/usr/sbin', '/usr/lib', '/usr/lib32', '/usr/lib64', '/usr/libexec', '/usr/include',
+    '/usr/share', '/usr/src', '/usr/local', '/usr/local/bin', '/usr/local/sbin', '/usr/local/lib',
+    '/usr/local/share', '/usr/lib/systemd', '/lib/systemd', '/var/lib', '/var/log', '/var/cache', '/var/tmp',
+    '/var/spool', '/var/mail', '/var/lib/containers', '/var/lib/systemd', '/run/systemd', '/run/user',
+)
+# Below a user's home: the trees whose files we retire one by one, never whole.
+HOME_TREES = ('.config', '.config/systemd', '.config/systemd/user', '.config/containers',
+              '.config/containers/systemd', '.local', '.local/share', '.local/bin', '.cache')
+# systemd.unit(5): [A-Za-z0-9:_.@-] and \x escapes, a known type suffix, at most 255 bytes.
+UNIT_NAME = re.compile(r'^(?![.@])[A-Za-z0-9:_.@\\-]+\.(service|socket|device|mount|automount|swap|target|path|'
+                       r'timer|slice|scope)$')
 
 
 class TrashError(Exception):
@@ -102,6 +128,73 @@ def _check_text(value, what):
     return value
 
 
+def protected_trees():
+    """The system trees, every user's home directory and the unit trees below it."""
+    trees = set(SYSTEM_TREES)
+    try:
+        homes = [entry.pw_dir for entry in pwd.getpwall()]
+    except (KeyError, OSError):
+        homes = []
+    for home in homes:
+        if home and os.path.isabs(home):
+            home = os.path.normpath(home)
+            trees.add(home)
+            trees.update(os.path.join(home, sub) for sub in HOME_TREES)
+    real = set()
+    for tree in trees:
+        real.add(tree)
+        real.add(os.path.realpath(tree))   # /lib -> /usr/lib on merged-usr hosts: both spellings
+    return real
+
+
+def check_not_protected(path, trees=None):
+    """Refuse a system tree, anything above one, and a mount point (path is a kernel path)."""
+    trees = protected_trees() if trees is None else trees
+    norm = os.path.normpath(path)
+    prefix = norm.rstrip('/') + '/'
+    above = sorted(t for t in trees if t == norm or t.startswith(prefix))
+    if above:
+        raise TrashError('%s is %s: runtime_retire never moves a system tree, a home directory or anything above '
+                         'one. Name the files of the runtime instead. Nothing was moved.'
+                         % (norm, 'a protected tree' if norm in above else 'above the protected tree %s' % above[0]))
+    if os.path.isdir(norm) and not os.path.islink(norm) and os.path.ismount(norm):
+        raise TrashError('%s is a mount point: runtime_retire never moves a mounted filesystem. Name the files '
+                         'of the runtime on it instead. Nothing was moved.' % norm)
+
+
+def kernel_path(path):
+    """The path the kernel means: every parent resolved (realpath), the last component left as is.
+
+    A trailing '/', '.' or '..' makes the whole path a directory reference, resolved in full.
+    """
+    if not os.path.isabs(path):
+        raise TrashError('path %r is not absolute: give the full path of the file to retire' % path)
+    head, tail = os.path.split(path)
+    if tail in ('', '.', '..'):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(head), tail)
+
+
+def check_unit_name(unit):
+    """A unit name as systemd.unit(5) spells one; never a path."""
+    if not isinstance(unit, str) or len(unit) > 255 or not UNIT_NAME.match(unit):
+        raise TrashError('unit %r is not a unit name: expected name.service (or .socket, .timer, .target, ...), '
+                         'letters, digits and :_.@-, no path separator, at most 255 bytes' % (unit,))
+    return unit
+
+
+def check_trash_dir(trash_dir):
+    """An absolute trash directory that is not itself a system tree; returned normalised."""
+    if not isinstance(trash_dir, str) or not os.path.isabs(trash_dir):
+        raise TrashError('trash_dir %r is not absolute: give the full path (for example '
+                         '/var/lib/dankfleet/trash/20260916-x-retire); a relative one would land below the '
+                         "caller's working directory. Nothing was moved." % (trash_dir,))
+    real = kernel_path(os.path.normpath(trash_dir))
+    if real in protected_trees():
+        raise TrashError('trash_dir %s is a system tree: give a directory of its own. Nothing was moved.' % real)
+    return real
+
+
 def trash_path(trash_dir, path):
     """Where ``path`` lives inside ``trash_dir`` (its absolute path below the trash)."""
     if not os.path.isabs(path):
@@ -109,12 +202,14 @@ def trash_path(trash_dir, path):
     return os.path.join(trash_dir, os.path.normpath(path).lstrip('/'))
 
 
-def describe(path):
+def describe(path, given=None):
     """One MANIFEST file row (as a dict) for an existing file or symlink."""
     _check_text(path, 'path')
+    _check_text(given or path, 'path')
     st = os.lstat(path)
     row = {
         'path': path,
+        'given': given or path,
         'owner': _name_of_uid(st.st_uid),
         'group': _name_of_gid(st.st_gid),
         'mode': '%04o' % stat.S_IMODE(st.st_mode),
@@ -132,29 +227,57 @@ def describe(path):
     return row
 
 
-def expand(paths):
-    """Files and links to move for the given paths: a directory stands for every file below it."""
+def expand(paths, trees=None, duplicates=None):
+    """Files and links to move for the given paths: a directory stands for every file below it.
+
+    Returns (kernel path, given spelling) pairs. Parents are resolved the kernel's way first;
+    a system tree, a mount point or a tree with a mount point inside is refused. Two spellings
+    of one directory entry (a symlinked parent, a bind mount) move once; each later spelling is
+    appended to duplicates as {'given', 'same_as', 'path'}.
+    """
+    trees = protected_trees() if trees is None else trees
     out = []
-    for path in paths:
+    for given in paths:
+        path = kernel_path(given)
+        check_not_protected(path, trees)
         if os.path.isdir(path) and not os.path.islink(path):
             for root, dirs, files in os.walk(path):
                 dirs.sort()
-                for name in sorted(files):
-                    out.append(os.path.join(root, name))
-                for name in dirs:
+                for name in list(dirs):
                     full = os.path.join(root, name)
                     if os.path.islink(full):
-                        out.append(full)
+                        out.append((full, os.path.join(given, os.path.relpath(full, path))))
+                    elif os.path.ismount(full):
+                        raise TrashError('%s has a mount point inside it (%s): runtime_retire never moves a mounted '
+                                         'filesystem. Name the files outside it instead. Nothing was moved.'
+                                         % (given, full))
+                for name in sorted(files):
+                    full = os.path.join(root, name)
+                    out.append((full, os.path.join(given, os.path.relpath(full, path))))
         else:
-            out.append(path)
-    seen = set()
+            out.append((path, given))
+    seen = {}
     unique = []
-    for path in out:
+    for path, given in out:
         norm = os.path.normpath(path)
-        if norm not in seen:
-            seen.add(norm)
-            unique.append(norm)
+        key = _entry_key(norm)
+        if key in seen:
+            if duplicates is not None and given != seen[key][1]:
+                duplicates.append({'given': given, 'same_as': seen[key][1], 'path': seen[key][0]})
+            continue
+        seen[key] = (norm, given)
+        unique.append((norm, given))
     return unique
+
+
+def _entry_key(path):
+    """One directory entry, however it is spelled: (device, inode) of its parent and its name."""
+    head, tail = os.path.split(path)
+    try:
+        st = os.stat(head)
+        return (st.st_dev, st.st_ino, tail)
+    except OSError:
+        return (None, None, path)
 
 
 def unit_dirs(scope, user=None, root='/'):
@@ -172,6 +295,7 @@ def unit_dirs(scope, user=None, root='/'):
 
 def unit_paths(unit, scope, user=None, root='/'):
     """A unit's own file, its drop-in directory's files and every .wants/.requires link to it."""
+    check_unit_name(unit)
     found = []
     for base in unit_dirs(scope, user, root):
         own = os.path.join(base, unit)
@@ -179,7 +303,7 @@ def unit_paths(unit, scope, user=None, root='/'):
             found.append(own)
         dropin = own + '.d'
         if os.path.isdir(dropin) and not os.path.islink(dropin):
-            found.extend(expand([dropin]))
+            found.extend(path for path, given in expand([dropin], trees=()))
         for suffix in LINK_DIR_SUFFIXES:
             for link in sorted(glob.glob(os.path.join(glob.escape(base), '*' + suffix, glob.escape(unit)))):
                 if os.path.lexists(link):
@@ -202,7 +326,8 @@ def format_manifest(file_rows, unit_rows, comments=()):
     lines.extend('# %s' % c for c in comments)
     lines.append('# ' + '\t'.join(FILE_COLUMNS))
     for row in file_rows:
-        lines.append('\t'.join([row['kind']] + [row[c] for c in FILE_COLUMNS[1:]]))
+        cells = [(row.get(c) or row['path']) if c == 'given' else row[c] for c in FILE_COLUMNS[1:]]
+        lines.append('\t'.join([row['kind']] + cells))
     lines.append('# ' + '\t'.join(UNIT_COLUMNS))
     for row in unit_rows:
         lines.append('\t'.join(['unit'] + [row.get(c) or '-' for c in UNIT_COLUMNS[1:]]))
@@ -213,15 +338,20 @@ def parse_manifest(text, source='MANIFEST'):
     """(file_rows, unit_rows) of a MANIFEST; a malformed line is an error naming its number."""
     files, units = [], []
     lines = text.splitlines()
-    if not lines or lines[0].strip() != MANIFEST_HEADER:
+    if not lines or lines[0].strip() not in MANIFEST_HEADERS:
         raise TrashError('%s does not start with %r: not a dankfleet.llm trash MANIFEST' % (source, MANIFEST_HEADER))
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.startswith('#'):
             continue
         cells = line.split('\t')
         kind = cells[0]
-        if kind in ('file', 'link') and len(cells) == len(FILE_COLUMNS):
-            files.append(dict(zip(FILE_COLUMNS, cells)))
+        if kind in ('file', 'link') and len(cells) in (len(FILE_COLUMNS), len(FILE_COLUMNS_V1)):
+            row = dict(zip(FILE_COLUMNS, cells))
+            row.setdefault('given', row['path'])    # v1: the path given was the path moved
+            if not os.path.isabs(row['path']):
+                raise TrashError('%s line %d names a relative path %r: a MANIFEST row holds absolute paths'
+                                 % (source, number, row['path']))
+            files.append(row)
         elif kind == 'unit' and len(cells) == len(UNIT_COLUMNS):
             row = dict(zip(UNIT_COLUMNS, cells))
             units.append(dict((k, None if v == '-' else v) for k, v in row.items()))
@@ -276,7 +406,9 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
     absent everywhere is reported as missing. A path whose trash slot is taken by
     different content is a refusal: nothing is overwritten.
     """
-    trash_dir = os.path.normpath(trash_dir)
+    trash_dir = check_trash_dir(trash_dir)
+    for unit in units:
+        check_unit_name(unit.get('unit'))
     manifest = os.path.join(trash_dir, MANIFEST_NAME)
     old_files, old_units = [], []
     if os.path.exists(manifest):
@@ -284,13 +416,15 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
             old_files, old_units = parse_manifest(handle.read(), manifest)
 
     earlier = earlier_trash_dirs(trash_dir)
-    plan, already, missing = [], [], []
-    for path in expand(paths):
+    plan, already, missing, duplicates = [], [], [], []
+    for path, given in expand(paths, duplicates=duplicates):
         dest = trash_path(trash_dir, path)
         if path == trash_dir or path.startswith(trash_dir + os.sep):
-            raise TrashError('%s lies inside the trash directory %s: it cannot be retired into itself' % (path, trash_dir))
+            raise TrashError('%s lies inside the trash directory %s: it cannot be retired into itself' % (given, trash_dir))
+        if trash_dir.startswith(path.rstrip('/') + '/'):
+            raise TrashError('the trash directory %s lies inside %s: it cannot be retired into itself' % (trash_dir, given))
         if os.path.lexists(path):
-            row = describe(path)
+            row = describe(path, given)
             if os.path.lexists(dest):
                 raise TrashError(
                     '%s cannot be retired: %s already exists in the trash (an earlier retire into the same '
@@ -314,6 +448,7 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
                   for p, d, r in plan],
         'already_retired': already,
         'missing': missing,
+        'duplicates': duplicates,
     }
     if check_mode or not plan:
         return result
@@ -323,7 +458,12 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
     moved_rows = []
     try:
         for path, dest, row in plan:
-            _move(path, dest, row)
+            try:
+                _move(path, dest, row)
+            except FileNotFoundError:
+                raise TrashError('%s (given as %s) vanished before it was moved: another spelling of it moved it '
+                                 'already, or something else removed it. What moved is in %s'
+                                 % (path, row['given'], manifest))
             moved_rows.append(row)
     finally:
         # Whatever moved is on record, even if a later move failed.
@@ -350,7 +490,7 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
 
 def restore(trash_dir, check_mode=False, now=None):
     """Move every file of ``trash_dir``'s MANIFEST back to its original path, byte-identical."""
-    trash_dir = os.path.normpath(trash_dir)
+    trash_dir = check_trash_dir(trash_dir)
     manifest = os.path.join(trash_dir, MANIFEST_NAME)
     if not os.path.exists(manifest):
         done = sorted(glob.glob(os.path.join(glob.escape(trash_dir), MANIFEST_NAME + '.restored-*')))

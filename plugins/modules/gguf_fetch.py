@@ -36,6 +36,17 @@ description:
   - Proxies come from the environment (C(http_proxy), C(https_proxy), C(no_proxy)).
     The bearer token is sent only to the origin of O(url), not to a redirect
     target on another host (the Hub redirects to a signed CDN URL).
+  - Every redirect is held to the policy O(url) passed (http or https, a host, no
+    https to http downgrade); one that fails it is refused, not followed.
+  - A fetch always ends. An attempt that receives less than 16 KiB in any O(timeout) seconds
+    is cut off as too slow and retried (a server dribbling bytes); progress is new bytes past the furthest byte an earlier
+    attempt reached (a server restarting every range at byte 0 makes none), a
+    malformed C(Content-Length) or C(Content-Range) fails naming it, and one run
+    makes at most (O(retries) + 1) x 20 attempts.
+  - One fetch per destination file at a time (C(flock) on C(<dest>.lock), removed
+    afterwards); different files in one directory download at once. A O(dest),
+    C(.part) or C(.lock) that exists and is not a regular file (a FIFO, a device)
+    is refused before anything is read or moved.
   - Unlike M(ansible.builtin.get_url), it resumes, and check mode verifies what
     is on disk instead of sending a HEAD request.
 options:
@@ -47,7 +58,7 @@ options:
     required: true
   dest:
     description:
-      - Absolute path of the file to create. Its directory must exist.
+      - Absolute path of the file to create (a relative path is refused). Its directory must exist.
       - The download goes to C(<dest>.part) and the stamp to C(<dest>.verified.json).
     type: path
     required: true
@@ -78,7 +89,9 @@ options:
   retries:
     description:
       - How many consecutive failed attempts to retry. An attempt that received
-        new bytes resets the count, so a flaky link still finishes a long download.
+        at least 16 KiB past the furthest byte reached before resets the count, so a
+        flaky link still finishes a long download; a run makes at most
+        (O(retries) + 1) x 20 attempts, whatever the progress.
     type: int
     default: 5
   retry_delay:
@@ -89,13 +102,15 @@ options:
   timeout:
     description:
       - Seconds to wait for a connection or for the next byte before the attempt
-        counts as stalled and is retried.
+        counts as stalled and is retried; an attempt that receives less than 16 KiB in
+        any such period counts as stalled too.
     type: float
     default: 30.0
   trash_dir:
     description:
       - Where mismatching files are moved, each with a C(.note).
       - Defaults to C(.trash) in the directory of O(dest) (same filesystem, so the move is a rename).
+      - Must be absolute.
     type: path
   progress_log:
     description:

@@ -19,6 +19,12 @@ description:
     SSM, RWKV), C(nextn) (the last C(nextn_predict_layers) blocks, the MTP head), C(ffn).
   - A truncated file, a file that is not GGUF, or an unsupported GGUF version fails with a message naming
     the file and the problem.
+  - The file is read as a hostile one would be written. Only a regular file is opened (a FIFO, a device or a
+    directory is refused from its C(fstat), opened C(O_NONBLOCK), so nothing blocks); every count and length
+    in the header is bounded by the bytes the rest of the file can hold and by sane maxima before anything is
+    allocated; a C(block_count) above C(LLAMA_MAX_LAYERS) (512), a wrong-typed sizing key (a string where an
+    integer belongs, an array where a string belongs), and a negative, NaN or infinite value fail naming the key,
+    its GGUF type and what was expected.
   - Never changes anything; safe in check mode.
 options:
   path:

@@ -44,6 +44,7 @@ options:
         before it is installed. Names, C(collectives_legal), C(hip_visible_devices) and the
         C(topology) text are derived again from its cards.
       - Each card needs C(pci_address), C(vendor) (C(amd) or C(nvidia)) and C(vram_total_bytes).
+      - Must be a regular file of at most 16 MiB; a FIFO or a device is refused without blocking.
     type: path
   lspci_output_file:
     description:

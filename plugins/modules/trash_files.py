@@ -18,7 +18,15 @@ description:
   - Symlinks move as symlinks, so a unit file that is a link into a repository stays a link. Nothing is
     deleted; a move across filesystems copies, checks the copy's sha256 and only then unlinks the original.
   - Writes C(MANIFEST) in O(trash_dir) - tab-separated original path, owner, group, mode, sha256 or link
-    target of every file, and the state each unit had before (as passed in O(units)).
+    target of every file, the path as it was given, and the state each unit had before (as passed in O(units)).
+  - Every parent of a given path is resolved the kernel's way (realpath) before anything is decided; the
+    last component is left alone, so a symlink moves as a symlink. The MANIFEST records both the path moved
+    and the path given; a MANIFEST v1 (without the given column) still restores.
+  - Refuses, before anything moves, a system tree (C(/), C(/etc), C(/usr), C(/home), C(/var), a user's home
+    directory, the unit directories ...) or any directory above one, a mount point, a directory with a mount
+    point inside it, a relative O(trash_dir), and a unit name that is not a systemd unit name.
+  - Two spellings of one file (a symlinked parent, a bind mount) move it once; the others are reported in
+    RV(duplicates) and warned about.
   - With O(state=restored), moves every file of the MANIFEST back to its original path, checks owner, group,
     mode and sha256 (or link target) against the MANIFEST, and renames the MANIFEST to
     C(MANIFEST.restored-<UTC time>).
@@ -30,6 +38,7 @@ options:
   trash_dir:
     description:
       - The trash directory of one retire, for example C(/home/dank/.AGENTTRASH/20260916-vllm-radiance-retire).
+      - Must be absolute and not a system tree.
     type: path
     required: true
   state:
@@ -53,7 +62,9 @@ options:
     default: []
     suboptions:
       unit:
-        description: Unit name, for example C(vllm-radiance-proxy.service).
+        description:
+          - Unit name, for example C(vllm-radiance-proxy.service) - C([A-Za-z0-9:_.@-]) and a unit type suffix,
+            never a path.
         type: str
         required: true
       scope:
@@ -144,6 +155,11 @@ missing:
   returned: when state is trashed
   type: list
   elements: str
+duplicates:
+  description: Later spellings of a file already in the plan (C(given), C(same_as), C(path)); moved once.
+  returned: when state is trashed
+  type: list
+  elements: dict
 in_place:
   description: MANIFEST paths already back and identical (O(state=restored)).
   returned: when state is restored
@@ -200,6 +216,8 @@ def main():
         module.fail_json(msg=str(exc))
     except (IOError, OSError) as exc:
         module.fail_json(msg='%s: %s' % (getattr(exc, 'filename', None) or params['trash_dir'], exc))
+    for dup in result.get('duplicates') or []:
+        module.warn('%s and %s name the same file %s: it moved once' % (dup['same_as'], dup['given'], dup['path']))
     module.exit_json(**result)
 
 

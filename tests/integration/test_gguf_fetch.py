@@ -285,16 +285,35 @@ def test_token_kept_on_a_same_origin_redirect(served, served_token, tmp_path):
     assert [(q["status"], q["auth"]) for q in server.requests[mark:]] == [(302, True), (200, True)]
 
 
-def test_concurrent_fetch_in_the_same_directory_is_refused(served, tmp_path):
-    fd = os.open(str(tmp_path), os.O_RDONLY)
+def test_concurrent_fetch_of_the_same_file_is_refused(served, tmp_path):
+    lock = tmp_path / "m.gguf.lock"
+    fd = os.open(str(lock), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(FetchError) as e:
             run(served, tmp_path / "m.gguf")
-        assert "another gguf_fetch" in e.value.msg
+        assert "another gguf_fetch is writing %s" % (tmp_path / "m.gguf") in e.value.msg
     finally:
         os.close(fd)
-    assert listing(tmp_path) == []
+    assert listing(tmp_path) == ["m.gguf.lock"]   # ours; the refused fetch created nothing
+
+
+def test_two_files_in_one_directory_fetch_at_once(served, tmp_path):
+    """The lock is per destination file: a slow fetch of a.gguf does not block b.gguf beside it."""
+    import threading
+    out = {}
+
+    def slow():
+        out["a"] = run(served, tmp_path / "a.gguf", url(served, "rate-3000000"))
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.2)
+    assert (tmp_path / "a.gguf.lock").exists()     # a is mid-download, holding its own lock
+    out["b"] = run(served, tmp_path / "b.gguf")
+    t.join(30)
+    assert out["a"]["status"] == out["b"]["status"] == "downloaded"
+    assert listing(tmp_path) == ["a.gguf", "a.gguf.verified.json", "b.gguf", "b.gguf.verified.json"]
 
 
 def test_404_fails_at_once(served, tmp_path):

@@ -21,6 +21,14 @@ only on the first request for that fault+file(+query) and serve clean afterwards
     stall-S         after half of this response's body, send nothing for S s
     rate-N          throttle the body to about N bytes per second
     redirect-P      302 to the same file path on port P of this host (another origin)
+    redirect-to-S   302 to scheme S (ftp, file, https, ...) for the same host and path;
+                    redirect-to-file goes to file:///etc/passwd
+    range-from-0    answer a Range request 206 "bytes 0-(size-1)/size" from byte 0:
+                    a server that restarts every range at the start
+    drop-grow-N     drop after N*k body bytes on the k-th request for this fault+file
+                    (with ignore-range: restarts from 0, each time a little further)
+    bad-length      send a malformed Content-Length ("12abc")
+    lie-total-N     claim the file has N bytes (Content-Range total, 200 Content-Length)
     404             answer 404
     500             answer 500 (every time; "500-once": only the first time)
     <3-digit code>  answer that status with an empty body (e.g. 503-once)
@@ -62,6 +70,11 @@ _FAULT_RE = re.compile(
     r"|(?P<stall>stall-(?P<stall_s>\d+(?:\.\d+)?))"
     r"|(?P<rate>rate-(?P<rate_n>\d+))"
     r"|(?P<redirect>redirect-(?P<redirect_port>\d+))"
+    r"|(?P<redirect_to>redirect-to-(?P<redirect_scheme>[a-z][a-z0-9+.-]*))"
+    r"|(?P<from0>range-from-0)"
+    r"|(?P<grow>drop-grow-(?P<grow_n>\d+))"
+    r"|(?P<badlen>bad-length)"
+    r"|(?P<lie>lie-total-(?P<lie_n>\d+))"
     r"|(?P<status>[1-5]\d\d))"
     r"(?P<once>-once)?$"
 )
@@ -92,6 +105,16 @@ def parse_faults(spec):
             f.update(kind="rate", n=max(1, int(m.group("rate_n"))))
         elif m.group("redirect"):
             f.update(kind="redirect", port=int(m.group("redirect_port")))
+        elif m.group("redirect_to"):
+            f.update(kind="redirect-to", scheme=m.group("redirect_scheme"))
+        elif m.group("from0"):
+            f.update(kind="range-from-0")
+        elif m.group("grow"):
+            f.update(kind="drop-grow", n=int(m.group("grow_n")))
+        elif m.group("badlen"):
+            f.update(kind="bad-length")
+        elif m.group("lie"):
+            f.update(kind="lie-total", n=int(m.group("lie_n")))
         else:
             f.update(kind="status", code=int(m.group("status")))
         faults.append(f)
@@ -134,6 +157,7 @@ class RangeHTTPServer(http.server.ThreadingHTTPServer):
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
         self.fired = set()
+        self.counts = {}
         self.requests = []
         super().__init__(addr, RangeRequestHandler)
 
@@ -150,6 +174,12 @@ class RangeHTTPServer(http.server.ThreadingHTTPServer):
                 return False
             self.fired.add(key)
             return True
+
+    def count(self, key):
+        """How many times key was counted, this time included."""
+        with self.lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
+            return self.counts[key]
 
     def record(self, entry):
         with self.lock:
@@ -233,6 +263,11 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
                 host = self.server.server_address[0]
                 loc = "http://%s:%d%s" % (host, f["port"], urllib.parse.quote(raw))
                 return self._plain(302, "moved", {"Location": loc})
+            if f["kind"] == "redirect-to":
+                host = "%s:%d" % self.server.server_address[:2]
+                loc = ("file:///etc/passwd" if f["scheme"] == "file"
+                       else "%s://%s%s" % (f["scheme"], host, urllib.parse.quote(raw)))
+                return self._plain(302, "moved", {"Location": loc})
             if f["kind"] == "status":
                 self.close_connection = True
                 return self._plain(f["code"], "injected fault %s" % f["spec"],
@@ -253,6 +288,12 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
                 rng = None
             if "ignore-range" in kinds:
                 rng = None
+            if "range-from-0" in kinds and rng not in (None, "unsatisfiable"):
+                rng = (0, size - 1)
+            if "drop-grow" in kinds:
+                k = self.server.count((kinds["drop-grow"]["spec"], once_key))
+                kinds["drop"] = {"n": kinds["drop-grow"]["n"] * k}
+            claimed = kinds["lie-total"]["n"] if "lie-total" in kinds else size
             if rng == "unsatisfiable":
                 self.send_response(416)
                 self.send_header("Content-Range", "bytes */%d" % size)
@@ -270,9 +311,14 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("ETag", etag)
             self.send_header("Last-Modified",
                              email.utils.formatdate(st.st_mtime, usegmt=True))
-            self.send_header("Content-Length", str(length))
+            if "bad-length" in kinds:
+                self.send_header("Content-Length", "12abc")
+            elif "lie-total" in kinds and code == 200:
+                self.send_header("Content-Length", str(claimed))
+            else:
+                self.send_header("Content-Length", str(length))
             if code == 206:
-                self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
+                self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, claimed))
             self.end_headers()
             if head or length == 0:
                 return code

@@ -247,3 +247,111 @@ def test_cross_filesystem_move_copies_verifies_and_unlinks(host, tmp_path, monke
     assert calls and _snapshot(str(host)) == {}
     tf.restore(trash)
     assert _snapshot(str(host)) == before
+
+
+# ----------------------------------------------------------------------------- careless paths (issue 15)
+
+@pytest.mark.parametrize('path', ['/', '/etc', '/usr', '/home', '/var/lib', '/usr/lib/..', '/etc/systemd/system',
+                                  '/root', '/etc/../usr/', '/proc'])
+def test_system_trees_and_what_is_above_them_are_refused(tmp_path, path):
+    with pytest.raises(tf.TrashError, match='never moves a system tree'):
+        tf.retire(str(tmp_path / 'trash'), [path])
+    assert not (tmp_path / 'trash').exists()
+
+
+def test_a_users_home_is_refused(tmp_path):
+    import pwd
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    with pytest.raises(tf.TrashError, match='never moves a system tree'):
+        tf.retire(str(tmp_path / 'trash'), [home])
+    with pytest.raises(tf.TrashError, match='never moves a system tree'):
+        tf.retire(str(tmp_path / 'trash'), [os.path.join(home, '.config/systemd/user')])
+
+
+def test_mount_points_are_refused(tmp_path):
+    """Check mode only, and a kernel pseudo-filesystem: the refusal comes before any move either way."""
+    mount = next((m for m in ('/dev/shm', '/dev/mqueue', '/dev/pts', '/sys/fs/cgroup') if os.path.ismount(m)), None)
+    if mount is None:
+        pytest.skip('no kernel pseudo-filesystem mount on this host')
+    with pytest.raises(tf.TrashError, match='is a mount point'):
+        tf.retire(str(tmp_path / 'trash'), [mount], check_mode=True)
+    inside = tmp_path / 'tree'
+    inside.mkdir()
+    (inside / 'shm').symlink_to(mount)         # a link to a mount moves as a link: no refusal
+    assert tf.retire(str(tmp_path / 'trash'), [str(inside)], check_mode=True)['moves'][0]['kind'] == 'link'
+
+
+@pytest.mark.parametrize('trash', ['trash', './x', '', '/', '/etc'])
+def test_trash_dir_must_be_absolute_and_its_own(tmp_path, trash, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / 'f'
+    f.write_text('x')
+    with pytest.raises(tf.TrashError, match='trash_dir'):
+        tf.retire(trash, [str(f)])
+    with pytest.raises(tf.TrashError, match='trash_dir'):
+        tf.restore(trash)
+    assert f.exists() and sorted(os.listdir(str(tmp_path))) == ['f']
+
+
+def test_parents_resolve_the_kernels_way_and_the_manifest_records_both(tmp_path):
+    """a/link/../x: lexically a/x, for the kernel real/x (link -> real/sub). The kernel's file moves."""
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'real' / 'sub').mkdir(parents=True)
+    (tmp_path / 'a' / 'link').symlink_to(tmp_path / 'real' / 'sub')
+    (tmp_path / 'a' / 'x').write_text('lexical decoy')
+    (tmp_path / 'real' / 'x').write_text('the kernel file')
+    given = str(tmp_path / 'a' / 'link' / '..' / 'x')
+    trash = str(tmp_path / 'trash')
+    r = tf.retire(trash, [given])
+    assert [m['src'] for m in r['moves']] == [str(tmp_path / 'real' / 'x')]
+    assert (tmp_path / 'a' / 'x').read_text() == 'lexical decoy'
+    files, _ = tf._read(os.path.join(trash, 'MANIFEST'))
+    assert [(row['path'], row['given']) for row in files] == [(str(tmp_path / 'real' / 'x'), given)]
+    tf.restore(trash)
+    assert (tmp_path / 'real' / 'x').read_text() == 'the kernel file'
+
+
+def test_same_file_under_two_spellings_moves_once_with_a_named_duplicate(tmp_path):
+    (tmp_path / 'real').mkdir()
+    (tmp_path / 'alias').symlink_to(tmp_path / 'real')
+    (tmp_path / 'real' / 'f').write_text('x')
+    r = tf.retire(str(tmp_path / 'trash'), [str(tmp_path / 'real' / 'f'), str(tmp_path / 'alias' / 'f'),
+                                            str(tmp_path / 'real' / '.' / 'f')])
+    assert len(r['moves']) == 1
+    assert r['duplicates'] == [{'given': str(tmp_path / 'alias' / 'f'), 'same_as': str(tmp_path / 'real' / 'f'),
+                                'path': str(tmp_path / 'real' / 'f')}]
+
+
+def test_a_v1_manifest_still_restores(host, tmp_path):
+    trash = str(tmp_path / 'trash')
+    tf.retire(trash, _paths(host), units=[UNIT])
+    manifest = os.path.join(trash, 'MANIFEST')
+    lines = open(manifest).read().splitlines()
+    v1 = ['# dankfleet.llm trash MANIFEST v1'] + [
+        '\t'.join(line.split('\t')[:7]) if line.startswith(('file\t', 'link\t')) else line for line in lines[1:]]
+    with open(manifest, 'w') as handle:
+        handle.write('\n'.join(v1) + '\n')
+    r = tf.restore(trash)
+    assert r['changed'] and len(r['moves']) == 5
+
+
+@pytest.mark.parametrize('unit', ['../../etc/passwd', 'a/b.service', '.hidden.service', 'x.service/..',
+                                  'x', 'x.exe', 'sp ace.service', 'nl\n.service', 'a' * 250 + '.service'])
+def test_unit_names_are_validated(tmp_path, unit):
+    with pytest.raises(tf.TrashError, match='is not a unit name'):
+        tf.unit_paths(unit, 'system', root=str(tmp_path))
+    with pytest.raises(tf.TrashError, match='is not a unit name'):
+        tf.retire(str(tmp_path / 'trash'), [], units=[dict(UNIT, unit=unit)])
+
+
+@pytest.mark.parametrize('unit', ['x.service', 'getty@tty1.service', 'a:b_c-d.e.timer', 'dev-sda1.device',
+                                  'sys-x\\x2dy.mount'])
+def test_good_unit_names_pass(unit):
+    assert tf.check_unit_name(unit) == unit
+
+
+def test_role_and_module_share_the_unit_name_rule():
+    import yaml
+    with open(os.path.join(REPO, 'roles', 'runtime_retire', 'vars', 'main.yml')) as handle:
+        role_vars = yaml.safe_load(handle)
+    assert role_vars['_runtime_retire_unit_name'] == tf.UNIT_NAME.pattern
