@@ -23,6 +23,14 @@ only device and the planner's single device is compared with it.
     python benchmarks/fit_accuracy.py --set cuda-h200 --smi    # ... against nvidia-smi, per process
     python benchmarks/fit_accuracy.py --set cuda-h200-27b --smi   # the 27B at real scale (issue 19)
     python benchmarks/fit_accuracy.py --set cuda-h200-swa         # sliding window, q8_0 KV (issue 17)
+    python benchmarks/fit_accuracy.py --records DIR   # + every plan-vs-actual.json found under DIR
+
+``--records DIR`` folds the records the llama_server role appends after every passing gate
+(``<state_dir>/plan-vs-actual.json``, issue 18; collect them from the hosts into DIR, e.g. with
+ansible.builtin.fetch) into the same report: one ``total`` row per device and deploy, the plan's total
+against what the device really held, within the bound the record names (the planner's own for that
+backend: max(1 %, 64 MiB) for cpu and cuda, 0.8 GiB against rocm-smi for hip); ``host`` rows are reported,
+not bounded. Each backend's bias over its deploys closes the report: what a profile needs to calibrate.
 
 For the CUDA fixtures the devices are CUDA0 (the GPU of the llama-server process) and RPC0 (a
 ggml-rpc-server with the CUDA backend on the same GPU); ``host`` is the llama-server process's
@@ -217,6 +225,58 @@ def all_rows(root=FIXTURES):
     return rows
 
 
+def record_files(root):
+    """Every plan-vs-actual*.json under root (a collected tree: DIR/<host>/.../plan-vs-actual.json), sorted."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise SystemExit("--records %s: no such file or directory (collect <state_dir>/plan-vs-actual.json from "
+                         "the hosts into it)" % root)
+    return sorted(root.rglob("plan-vs-actual*.json"))
+
+
+def record_rows(root):
+    """Rows (the compare() shape) of the deploy records under root: the plan's total per device against the
+    measured total, with the record's own bound; plus each row's backend."""
+    rows = []
+    for path in record_files(root):
+        try:
+            records = json.loads(path.read_text())
+        except ValueError as exc:
+            raise SystemExit("%s is not valid JSON (%s): a plan-vs-actual record file is a JSON list" % (path, exc))
+        if not isinstance(records, list):
+            raise SystemExit("%s holds a %s, not the list of records plan_actual appends" % (path, type(records).__name__))
+        where = str(path.parent.relative_to(root)) if Path(root).is_dir() else path.parent.name
+        for rec in records:
+            b = rec.get("bound") or {}
+            for d in rec.get("devices") or []:
+                planned, meas = d.get("planned"), d.get("measured_total")
+                if not planned or meas is None:
+                    continue
+                pv, mv = int(planned["total"]), int(meas)
+                bounded = d["device"] != "host" and b.get("abs") is not None
+                bb = max(float(b.get("rel", 0)) * mv, int(b.get("abs", 0))) if bounded else None
+                rows.append({"config": "%s@%s" % (where, rec.get("time")), "device": d["device"], "component": "total",
+                             "predicted": pv, "measured": mv, "error": pv - mv, "bound": bb,
+                             "ok": True if bb is None else abs(pv - mv) <= bb, "backend": rec.get("backend"),
+                             "release": rec.get("release"), "source": d.get("source")})
+    return rows
+
+
+def print_record_summary(rows):
+    """Per backend: deploys' devices, mean error (the profile's bias) and worst, and how many outside."""
+    by = {}
+    for r in rows:
+        if r["bound"] is None:
+            continue
+        by.setdefault(r["backend"], []).append(r)
+    for backend, rs in sorted(by.items(), key=lambda kv: str(kv[0])):
+        errs = [r["error"] / MIB for r in rs]
+        print("  records %-5s devices %4d  mean error %+9.2f MiB  worst %+9.2f MiB  outside bound %d" % (
+            backend, len(rs), sum(errs) / len(errs), max(errs, key=abs), sum(1 for r in rs if not r["ok"])))
+
+
 def smi_rows(fx, facts):
     """The planner's device totals *with* its runtime overhead against nvidia-smi (CUDA fixtures).
 
@@ -289,6 +349,8 @@ def main(argv=None):
                    "against each process's GPU memory, and the memory beyond llama.cpp's buffers")
     p.add_argument("--failures", action="store_true", help="only rows outside their bound")
     p.add_argument("--json", action="store_true", help="rows as JSON")
+    p.add_argument("--records", metavar="DIR", default=None, help="fold in the plan-vs-actual.json records found "
+                   "under DIR (collected from hosts): the plan's total per device against what it really held")
     args = p.parse_args(argv)
     fixtures = args.fixtures or str(SETS[args.set])
     if args.smi:
@@ -299,6 +361,8 @@ def main(argv=None):
         print_smi([r for r in rows if not r["ok"]] if args.failures else rows, rows)
         return 1 if any(not r["ok"] for r in rows) else 0
     rows = all_rows(fixtures)
+    recs = record_rows(args.records) if args.records else []
+    rows += recs
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -323,6 +387,9 @@ def main(argv=None):
         e[2] += 0 if r["ok"] else 1
     for k, (n, worst, nf) in sorted(by.items()):
         print("  %-13s rows %4d  worst |error| %9.2f MiB  outside bound %d" % (k, n, worst, nf))
+    if args.records:
+        print("\n%d deploy records' device rows from %s (error = plan - actual)" % (len(recs), args.records))
+        print_record_summary(recs)
     return 1 if fails else 0
 
 

@@ -11,6 +11,8 @@ UNIT = "llama-server.service"
 ENV = "/etc/llama-server/llama-server.env"
 LAUNCHER = "/usr/local/libexec/dankfleet/serve-llama-server"
 MODELS = "/srv/dankfleet-cache/models"
+TEXTFILE = "/var/lib/prometheus/node-exporter/llm_plan_actual_llama-server.prom"
+MIB = 1024 * 1024
 
 REFUSALS = {
     "model": ("MODEL_PATH=/nonexistent/model.gguf", "the model /nonexistent/model.gguf is missing"),
@@ -52,13 +54,18 @@ for key, override in %(refusals)s.items():
     out["refusals"][key] = run("set -a; . %(env)s; set +a; export " + override + "; runuser -u llama -- %(launcher)s",
                                executable="/bin/bash")
 out["args"] = run("runuser -u llama -- %(launcher)s --port 1")
+out["pva"] = json.load(open("/var/lib/llama-server/plan-vs-actual.json"))
+out["pva_text"] = open("%(textfile)s").read()
+out["pva_promtool"] = run("promtool check metrics < %(textfile)s")
+out["model_sha"] = dict((m, run("sha256sum %(models)s/" + m)["out"].split()[0])
+                        for m in ("qwen35-mtp.gguf", "dense-llama.gguf"))
 print(json.dumps(out))
 """
 
 
 @pytest.fixture(scope="module")
 def probe(host):
-    script = PROBE % {"unit": UNIT, "env": ENV, "launcher": LAUNCHER,
+    script = PROBE % {"unit": UNIT, "env": ENV, "launcher": LAUNCHER, "textfile": TEXTFILE, "models": MODELS,
                       "refusals": repr(dict((k, v[0]) for k, v in REFUSALS.items()))}
     cmd = host.run("python3 -c %s", script)
     assert cmd.rc == 0, cmd.stderr
@@ -123,3 +130,51 @@ def test_the_launcher_refuses_to_start_without_its_inputs(probe, key):
 def test_the_launcher_takes_no_arguments(probe):
     assert probe["args"]["rc"] == 78
     assert "takes no arguments" in probe["args"]["err"]
+
+
+def test_every_passing_gate_left_a_plan_vs_actual_record(probe):
+    """(a) converge, (e) the RPC shape, (b): one record each; the dry run, the idempotence runs and the failed
+    shape (d) none."""
+    models = [r["shape"]["MODEL_PATH"].rsplit("/", 1)[1] for r in probe["pva"]]
+    assert models == ["qwen35-mtp.gguf", "dense-llama.gguf", "dense-llama.gguf"]
+    for rec, model in zip(probe["pva"], models):
+        assert rec["release"] == "/opt/llama.cpp/releases/b11434-cpu-test" and rec["backend"] == "cpu"
+        assert rec["model_sha256"] == probe["model_sha"][model]
+        assert rec["shape"]["CTX_SIZE"] == "2048" and rec["shape"]["PARALLEL"] == "2"
+    assert "lab-secret-key-a" not in json.dumps(probe["pva"])      # (a) ran with an API key
+
+
+def test_the_cpu_process_is_within_the_planners_bound(probe):
+    """(a): the plan's single CPU device is the llama-server process; its RSS after the gate's real request is
+    within max(1 %, 64 MiB) of the planned total (host buffers folded in)."""
+    rec = probe["pva"][0]
+    assert [d["device"] for d in rec["devices"]] == ["CPU"]
+    cpu = rec["devices"][0]
+    assert cpu["verdict"] == "ok", cpu
+    assert cpu["bound"] == max(int(0.01 * cpu["measured_total"]), 64 * MIB)
+    assert abs(cpu["measured_total"] - cpu["planned"]["total"]) <= cpu["bound"]
+    assert cpu["planned"]["weights"] > 0 and cpu["planned"]["kv"] + cpu["planned"]["recurrent"] > 0
+    assert cpu["planned"]["draft"] > 0                          # the MTP head's context
+    assert rec["misses"] == []
+
+
+def test_the_rpc_worker_is_measured_as_its_device(probe):
+    rec = probe["pva"][1]
+    dev = dict((d["device"], d) for d in rec["devices"])
+    assert sorted(dev) == ["RPC0", "host"]
+    assert dev["RPC0"]["verdict"] == "ok" and dev["RPC0"]["source"].endswith("VmRSS"), dev["RPC0"]
+    assert abs(dev["RPC0"]["measured_total"] - dev["RPC0"]["planned"]["total"]) <= dev["RPC0"]["bound"]
+    assert dev["host"]["verdict"] == "reported" and dev["host"]["bound"] is None
+
+
+def test_an_unplanned_deploy_records_what_it_holds(probe):
+    rec = probe["pva"][2]                                      # (b) was deployed without a plan
+    assert rec["plan"] is None and [(d["device"], d["verdict"]) for d in rec["devices"]] == [("host", "unplanned")]
+    assert rec["devices"][0]["measured_total"] > 0
+
+
+def test_the_textfile_is_the_last_record_and_valid(probe):
+    assert probe["pva_promtool"]["rc"] == 0, probe["pva_promtool"]
+    host = probe["pva"][2]["devices"][0]["measured_total"]
+    assert 'llm_actual_device_bytes{device="host"} %d\n' % host in probe["pva_text"]
+    assert "llm_plan_device_bytes{" not in probe["pva_text"]    # (b) had no plan

@@ -1,0 +1,616 @@
+# -*- coding: utf-8 -*-
+# Copyright: dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""plan_actual: what a gated llama-server really holds per device, against its fit_plan.
+
+Plain Python (no Ansible import); the module ``dankfleet.llm.plan_actual`` is a thin wrapper.
+Every path is read below ``root`` (``/`` on a live host; a recorded tree in the tests), so
+``root + /sys/...`` and ``root + /proc/<pid>/status`` are what is read.
+
+What "actual" means per device (the figure each backend's planner bound was calibrated against):
+
+* ``ROCm<i>`` (hip): the card's ``mem_info_vram_used`` (what rocm-smi prints as VRAM used; the hip
+  profile and its 0.8 GiB bound were fitted to rocm-smi figures). The KFD per-process figures
+  (``/sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>``) of the endpoint's processes are recorded beside
+  it where readable: the share of the card that is the endpoint's own.
+* ``CUDA<i>`` (cuda): ``nvidia-smi --query-compute-apps`` used_memory of the endpoint's processes on
+  that GPU (the cuda profile and the total bound were checked against exactly that, issue 9).
+* ``RPC<i>``: the worker process on this host (``workers``): its GPU figures where it holds any
+  (a ggml-rpc-server with the CUDA/HIP backend), else its RSS (the CPU backend).
+* ``CPU`` (cpu backend, the plan's single device, no RPC): the llama-server process is the device:
+  its RSS; the plan's host buffers fold into it as benchmarks/fit_accuracy.py folds them.
+* ``host``: the llama-server process's RSS beside GPU/RPC devices; recorded, never bounded (the
+  planner's bounds are per device, as in benchmarks/fit_accuracy.py).
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import os
+import re
+import time
+
+try:
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
+except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
+    from gpu_facts import INTEGRATED_GFX, gfx_target
+
+MIB = 1024 ** 2
+GIB = 1024 ** 3
+RECORD_FILE = "plan-vs-actual.json"
+RECORD_VERSION = 1
+TEXTFILE_NAME = "llm_plan_actual.prom"
+KINDS = ("weights", "kv", "recurrent", "compute", "draft", "mmproj", "output", "overhead", "total")
+
+# The planner's own bounds on a device total, per backend profile, as its accuracy tests hold them.
+BOUNDS = {
+    "cpu": {"rel": 0.01, "abs": 64 * MIB,
+            "source": "benchmarks/fit_accuracy.py total bound (tests/unit/test_fit_accuracy.py): "
+                      "max(1 % of measured, 64 MiB)"},
+    "cuda": {"rel": 0.01, "abs": 64 * MIB,
+             "source": "benchmarks/fit_accuracy.py --set cuda-h200 --smi (tests/unit/test_fit_accuracy_cuda.py): "
+                       "planner + overhead against nvidia-smi per process, max(1 % of measured, 64 MiB)"},
+    "hip": {"rel": 0.0, "abs": int(0.8 * GIB),
+            "source": "tests/unit/test_fit_plan_runbook.py: the hip profile against the runbook's rocm-smi "
+                      "figures, within 0.8 GiB"},
+}
+NVIDIA_SMI_APPS_ARGS = ["--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
+NVIDIA_SMI_GPUS_ARGS = ["--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader,nounits"]
+KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+KFD_PROC = "/sys/class/kfd/kfd/proc"
+PCI_DEVICES = "/sys/bus/pci/devices"
+SHAPE_KEYS = ("CTX_SIZE", "PARALLEL", "BATCH_SIZE", "UBATCH_SIZE", "CACHE_TYPE_K", "CACHE_TYPE_V", "FLASH_ATTN",
+              "DEVICES", "SPLIT_MODE", "TENSOR_SPLIT", "NGL", "SPEC_TYPE", "SPEC_DRAFT_N_MAX", "SPEC_DRAFT_DEVICE",
+              "VISION", "ALIAS", "MODEL_PATH", "DRAFT_MODEL_PATH", "MMPROJ_PATH")
+
+
+class PlanActualError(Exception):
+    """Bad input: the message names the cause and the fix."""
+
+
+# ------------------------------------------------------------------------------------ reading
+
+def _p(root, path):
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _read(root, path):
+    try:
+        with open(_p(root, path)) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def _read_int(root, path):
+    text = _read(root, path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def process_memory(root, pid):
+    """{rss_bytes, rss_anon_bytes, rss_file_bytes, name} of /proc/<pid>/status, or None when gone."""
+    text = _read(root, "/proc/%d/status" % int(pid))
+    if text is None:
+        return None
+    out = {"name": None}
+    keys = {"VmRSS": "rss_bytes", "RssAnon": "rss_anon_bytes", "RssFile": "rss_file_bytes", "RssShmem": "rss_shmem_bytes"}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "Name":
+            out["name"] = value.strip()
+        elif key in keys:
+            parts = value.split()
+            if parts and parts[0].isdigit():
+                out[keys[key]] = int(parts[0]) * 1024
+    if "rss_bytes" not in out:
+        return None
+    return out
+
+
+def parse_compute_apps(text, source="nvidia-smi"):
+    """Rows of ``nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory`` (or the issue's ``pid,used_memory``),
+    ``--format=csv,noheader,nounits``: [{pid, gpu_uuid (None for two fields), used_bytes}]."""
+    rows = []
+    for lineno, line in enumerate((text or "").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("No running") or line.lower().startswith("pid"):
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) not in (2, 3) or not fields[0].isdigit():
+            raise PlanActualError("%s line %d: expected 'pid, used_memory' or 'pid, gpu_uuid, used_memory' "
+                                  "(nvidia-smi %s), found %r" % (source, lineno, " ".join(NVIDIA_SMI_APPS_ARGS),
+                                                                 line[:100]))
+        used = fields[-1]
+        if used.startswith("[") or not used.isdigit():
+            used_bytes = None     # [N/A] or [Insufficient Permissions]
+        else:
+            used_bytes = int(used) * MIB
+        rows.append({"pid": int(fields[0]), "gpu_uuid": fields[1] if len(fields) == 3 else None,
+                     "used_bytes": used_bytes})
+    return rows
+
+
+def parse_gpu_uuids(text, source="nvidia-smi"):
+    """Rows of ``nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader,nounits``."""
+    rows = []
+    for lineno, line in enumerate((text or "").splitlines(), 1):
+        line = line.strip()
+        if not line or line.lower().startswith("index"):
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 3 or not fields[0].isdigit():
+            raise PlanActualError("%s line %d: expected 'index, uuid, pci.bus_id' (nvidia-smi %s), found %r"
+                                  % (source, lineno, " ".join(NVIDIA_SMI_GPUS_ARGS), line[:100]))
+        rows.append({"index": int(fields[0]), "uuid": fields[1], "pci_address": _bdf(fields[2])})
+    return rows
+
+
+def _bdf(text):
+    m = re.match(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$", (text or "").strip())
+    if not m:
+        return None
+    return "%04x:%s:%s.%s" % (int(m.group(1) or "0", 16) & 0xffff, m.group(2).lower(), m.group(3).lower(), m.group(4))
+
+
+def _visible(text):
+    """CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES -> [int] (runtime indices), [] when unset/empty."""
+    out = []
+    for part in str(text or "").split(","):
+        part = part.strip()
+        if part.isdigit():
+            out.append(int(part))
+    return out
+
+
+def kfd_gpu_nodes(root):
+    """[{node, gpu_id, pci_address, integrated}] of the KFD topology's GPU nodes in node order (HIP order)."""
+    base = _p(root, KFD_NODES)
+    if not os.path.isdir(base):
+        return []
+    nodes = []
+    for entry in sorted((e for e in os.listdir(base) if e.isdigit()), key=int):
+        props = {}
+        for line in (_read(root, "%s/%s/properties" % (KFD_NODES, entry)) or "").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+                props[parts[0]] = int(parts[1])
+        if not (props.get("simd_count", 0) > 0 or props.get("gfx_target_version", 0) > 0):
+            continue
+        loc = props.get("location_id")
+        bdf = None
+        if loc is not None:
+            bdf = "%04x:%02x:%02x.%d" % (props.get("domain", 0), loc >> 8, (loc >> 3) & 0x1f, loc & 7)
+        nodes.append({"node": int(entry), "gpu_id": _read_int(root, "%s/%s/gpu_id" % (KFD_NODES, entry)),
+                      "pci_address": bdf,
+                      "integrated": props.get("cpu_cores_count", 0) > 0
+                      or gfx_target(props.get("gfx_target_version")) in INTEGRATED_GFX})
+    return nodes
+
+
+# ------------------------------------------------------------------------------------ the plan
+
+def _i(d, key):
+    try:
+        return int((d or {}).get(key) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def planned_devices(plan, backend, output_tied=False):
+    """{device: {kind: bytes}} the plan expects, in the terms each device is measured in.
+
+    A plan with one non-RPC device on the cpu backend is the llama-server process itself: the host's buffers fold
+    into it (token embedding, output rows; a tied output needs no copy of token_embd), as
+    benchmarks/fit_accuracy.py folds them for its ``local`` loads. Otherwise the plan's host is its own ``host`` row.
+    """
+    if not plan:
+        return {}
+    if not isinstance(plan, dict) or not isinstance(plan.get("devices"), list):
+        raise PlanActualError("plan must be the dankfleet.llm.fit_plan result (a dict with a devices list), got %s; "
+                              "pass the filter's result as is, or {} for none" % type(plan).__name__)
+    out = {}
+    for d in plan["devices"]:
+        if not isinstance(d, dict) or not d.get("name"):
+            raise PlanActualError("plan.devices holds an entry without a name (%r): pass the fit_plan result "
+                                  "unchanged" % (d,))
+        row = {"weights": _i(d, "weights_bytes"), "kv": _i(d, "kv_bytes"), "recurrent": _i(d, "recurrent_bytes"),
+               "compute": _i(d, "compute_bytes"), "draft": _i(d, "draft_bytes"), "mmproj": _i(d, "mmproj_bytes"),
+               "output": 0, "overhead": _i(d, "overhead_bytes"), "total": _i(d, "total_bytes")}
+        out[d["name"]] = row
+    host = plan.get("host") or {}
+    names = list(out)
+    if backend == "cpu" and len(names) == 1 and not names[0].startswith("RPC"):
+        dev = out[names[0]]
+        tied = _i(host, "weights_bytes") if output_tied else 0
+        dev["weights"] += _i(host, "weights_bytes") + _i(host, "draft_weights_bytes") - tied
+        dev["output"] = _i(host, "output_bytes") + _i(host, "draft_output_bytes")
+        dev["total"] = sum(dev[k] for k in KINDS if k != "total")
+    elif host:
+        out["host"] = {"weights": _i(host, "weights_bytes") + _i(host, "draft_weights_bytes"), "kv": 0,
+                       "recurrent": 0, "compute": _i(host, "compute_bytes") + _i(host, "draft_compute_bytes"),
+                       "draft": 0, "mmproj": 0, "output": _i(host, "output_bytes") + _i(host, "draft_output_bytes"),
+                       "overhead": 0, "total": _i(host, "total_bytes")}
+    return out
+
+
+def bound_bytes(backend, actual):
+    b = BOUNDS.get(backend, BOUNDS["cpu"])
+    return int(max(b["rel"] * actual, b["abs"]))
+
+
+# ------------------------------------------------------------------------------------ measuring
+
+def _device_names(plan, backend):
+    names = [d["name"] for d in (plan or {}).get("devices") or [] if isinstance(d, dict) and d.get("name")]
+    return names
+
+
+def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_devices="",
+            compute_apps_text=None, gpu_uuids_text=None):
+    """{device: {actual_bytes, source, ...}} for ``device_names`` (+ ``host``) and the warnings.
+
+    ``pid``: the llama-server process; ``workers``: [{device, pid}] RPC workers on this host; ``gpus``: gpu_facts'
+    gpus (name -> pci_address), optional; ``visible_devices``: HIP/CUDA_VISIBLE_DEVICES when ``gpus`` is absent;
+    ``compute_apps_text``/``gpu_uuids_text``: nvidia-smi output (cuda).
+    """
+    warnings = []
+    out = {}
+    workers = list(workers or [])
+    server = process_memory(root, pid)
+    if server is None:
+        raise PlanActualError("llama-server pid %s has no %s: the process is gone (did the service restart after "
+                              "the gate?); nothing to measure" % (pid, _p(root, "/proc/%s/status" % pid)))
+    pids = [int(pid)] + [int(w["pid"]) for w in workers if w.get("pid")]
+    by_name = dict((g.get("name"), g) for g in (gpus or []) if isinstance(g, dict) and g.get("name"))
+
+    # NVIDIA: per process, per GPU
+    apps, uuids = [], []
+    if compute_apps_text is not None:
+        apps = parse_compute_apps(compute_apps_text)
+    if gpu_uuids_text is not None:
+        uuids = parse_gpu_uuids(gpu_uuids_text)
+    cuda_names = [n for n in device_names if n.startswith("CUDA")]
+
+    def cuda_uuid(name):
+        idx = int(name[4:]) if name[4:].isdigit() else None
+        g = by_name.get(name)
+        if g and g.get("pci_address"):
+            for row in uuids:
+                if row["pci_address"] == _bdf(g["pci_address"]):
+                    return row["uuid"]
+        vis = _visible(visible_devices)
+        if idx is not None and vis:
+            idx = vis[idx] if idx < len(vis) else None
+        for row in uuids:
+            if row["index"] == idx:
+                return row["uuid"]
+        return None
+
+    def gpu_bytes_of(proc_pid, uuid=None, single=False):
+        rows = [a for a in apps if a["pid"] == proc_pid and (single or a["gpu_uuid"] is None or a["gpu_uuid"] == uuid)]
+        if not rows or any(a["used_bytes"] is None for a in rows):
+            return None
+        return sum(a["used_bytes"] for a in rows)
+
+    for name in cuda_names:
+        if compute_apps_text is None:
+            out[name] = {"actual_bytes": None, "source": "nvidia-smi unavailable"}
+            continue
+        single = len(cuda_names) == 1 and all(a["gpu_uuid"] is None for a in apps)
+        uuid = cuda_uuid(name)
+        if uuid is None and not single:
+            out[name] = {"actual_bytes": None,
+                         "source": "no GPU uuid for %s (give gpus from gpu_facts, or nvidia-smi %s output)"
+                                   % (name, " ".join(NVIDIA_SMI_GPUS_ARGS))}
+            continue
+        got = gpu_bytes_of(int(pid), uuid, single)
+        out[name] = {"actual_bytes": got, "gpu_uuid": uuid,
+                     "source": "nvidia-smi --query-compute-apps pid %d" % int(pid) if got is not None
+                     else "pid %d not among nvidia-smi's compute apps (or [N/A])" % int(pid)}
+
+    # AMD: the card (mem_info_vram_used) and the endpoint's KFD per-process figures
+    rocm_names = [n for n in device_names if n.startswith("ROCm")]
+    if rocm_names:
+        nodes = kfd_gpu_nodes(root)
+        vis = _visible(visible_devices)
+        if vis:
+            visible_nodes = [nodes[i] for i in vis if i < len(nodes)]
+        else:
+            visible_nodes = [n for n in nodes if not n["integrated"]]
+        for name in rocm_names:
+            idx = int(name[4:]) if name[4:].isdigit() else -1
+            g = by_name.get(name)
+            bdf = _bdf(g["pci_address"]) if g and g.get("pci_address") else None
+            node = None
+            if bdf:
+                node = next((n for n in nodes if n["pci_address"] == bdf), None)
+            elif 0 <= idx < len(visible_nodes):
+                node = visible_nodes[idx]
+                bdf = node["pci_address"]
+            if bdf is None:
+                out[name] = {"actual_bytes": None, "source": "no card for %s (no KFD GPU node %d; give gpus from "
+                                                             "gpu_facts)" % (name, idx)}
+                continue
+            card = _read_int(root, "%s/%s/mem_info_vram_used" % (PCI_DEVICES, bdf))
+            row = {"actual_bytes": card, "pci_address": bdf, "card_used_bytes": card,
+                   "source": "%s/%s/mem_info_vram_used" % (PCI_DEVICES, bdf) if card is not None
+                   else "no mem_info_vram_used for %s (amdgpu not bound?)" % bdf}
+            if node and node.get("gpu_id") is not None:
+                per = {}
+                for proc_pid in pids:
+                    v = _read_int(root, "%s/%d/vram_%d" % (KFD_PROC, proc_pid, node["gpu_id"]))
+                    if v is not None:
+                        per[str(proc_pid)] = v
+                if per:
+                    row["kfd_process_bytes"] = per
+            out[name] = row
+
+    # RPC workers on this host: their GPU figures when they hold any, else their RSS
+    wmap = dict((w.get("device"), w) for w in workers)
+    for name in [n for n in device_names if n.startswith("RPC")]:
+        w = wmap.get(name)
+        if not w or not w.get("pid"):
+            out[name] = {"actual_bytes": None, "source": "no local worker pid for %s (a remote worker: measure it "
+                                                         "there)" % name}
+            continue
+        wpid = int(w["pid"])
+        got = None
+        if apps:
+            got = gpu_bytes_of(wpid, None, True)
+            if got is not None:
+                out[name] = {"actual_bytes": got, "pid": wpid, "source": "nvidia-smi --query-compute-apps pid %d" % wpid}
+                continue
+        kfd = 0
+        found = False
+        for n in kfd_gpu_nodes(root) if backend == "hip" else []:
+            v = _read_int(root, "%s/%d/vram_%d" % (KFD_PROC, wpid, n["gpu_id"] or 0))
+            if v is not None:
+                kfd += v
+                found = True
+        if found:
+            out[name] = {"actual_bytes": kfd, "pid": wpid, "source": "%s/%d/vram_*" % (KFD_PROC, wpid)}
+            continue
+        mem = process_memory(root, wpid)
+        if mem is None:
+            out[name] = {"actual_bytes": None, "pid": wpid, "source": "worker pid %d is gone" % wpid}
+            warnings.append("%s: worker pid %d has no /proc entry: it is not measured" % (name, wpid))
+        else:
+            out[name] = dict(mem, actual_bytes=mem["rss_bytes"], pid=wpid, source="/proc/%d/status VmRSS" % wpid)
+
+    # the llama-server process itself
+    local = backend == "cpu" and len(device_names) == 1 and not device_names[0].startswith(("RPC", "CUDA", "ROCm"))
+    row = dict(server, actual_bytes=server["rss_bytes"], pid=int(pid), source="/proc/%d/status VmRSS" % int(pid))
+    if local:
+        out[device_names[0]] = row
+    else:
+        out["host"] = row
+    for name in device_names:
+        if name not in out:
+            out[name] = {"actual_bytes": None, "source": "no reader for device %s on backend %s" % (name, backend)}
+    for name, r in sorted(out.items()):
+        if r.get("actual_bytes") is None:
+            warnings.append("%s not measured: %s" % (name, r["source"]))
+    return out, warnings
+
+
+# ------------------------------------------------------------------------------------ comparing
+
+def compare(backend, planned, actual):
+    """Rows per device: planned kinds, actual, error (actual - planned total), bound, verdict.
+
+    verdict: ok | under (actual exceeds plan beyond the bound: the plan underestimated) | over (plan exceeds actual
+    beyond the bound) | unplanned (no plan for it) | unmeasured | reported (the host beside GPU/RPC devices: not
+    bounded, as in benchmarks/fit_accuracy.py).
+    """
+    rows = []
+    names = [n for n in planned if n != "host"] + [n for n in sorted(actual) if n not in planned and n != "host"]
+    if "host" in planned or "host" in actual:
+        names.append("host")
+    for name in names:
+        p = planned.get(name)
+        a = actual.get(name) or {}
+        act = a.get("actual_bytes")
+        row = {"device": name, "planned": dict(p) if p else None, "actual_bytes": act,
+               "source": a.get("source"), "error_bytes": None, "bound_bytes": None}
+        for k in ("pid", "pci_address", "gpu_uuid", "card_used_bytes", "kfd_process_bytes", "rss_anon_bytes",
+                  "rss_file_bytes"):
+            if k in a:
+                row[k] = a[k]
+        if act is None:
+            row["verdict"] = "unmeasured"
+        elif p is None:
+            row["verdict"] = "unplanned"
+        else:
+            row["error_bytes"] = act - p["total"]
+            if name == "host":
+                row["verdict"] = "reported"
+            else:
+                b = bound_bytes(backend, act)
+                row["bound_bytes"] = b
+                row["verdict"] = "under" if row["error_bytes"] > b else ("over" if -row["error_bytes"] > b else "ok")
+        rows.append(row)
+    return rows
+
+
+def _mib(b):
+    return "-" if b is None else "%.1f" % (b / float(MIB))
+
+
+def table(rows):
+    """The table the gate prints: one line per device, MiB."""
+    head = "%-8s %10s %10s %10s %10s %10s %10s %9s  %s" % (
+        "device", "weights", "kv", "compute", "plan", "actual", "error", "bound", "verdict")
+    lines = [head]
+    for r in rows:
+        p = r["planned"] or {}
+        lines.append("%-8s %10s %10s %10s %10s %10s %10s %9s  %s" % (
+            r["device"], _mib(p.get("weights")), _mib(None if not p else p["kv"] + p["recurrent"]),
+            _mib(p.get("compute")), _mib(p.get("total")), _mib(r["actual_bytes"]),
+            "-" if r["error_bytes"] is None else "%+.1f" % (r["error_bytes"] / float(MIB)), _mib(r["bound_bytes"]),
+            r["verdict"]))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ recording
+
+def env_shape(env):
+    """The serve shape of the live env file (never its API key): the SHAPE_KEYS that are set."""
+    return dict((k, env[k]) for k in SHAPE_KEYS if k in env and env[k] != "")
+
+
+def read_env_file(path):
+    """KEY=VALUE lines of the role's env file (the quoting it writes: bare, '...', "..."), comments skipped."""
+    out = {}
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError) as exc:
+        raise PlanActualError("env_file %s is not readable (%s): pass the live env file of the service" % (path, exc))
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            inner = value[1:-1]
+            if value[0] == '"':
+                inner = re.sub(r'\\(["\\`$])', r"\1", inner)
+            value = inner
+        out[key.strip()] = value
+    return out
+
+
+def model_sha256(model_path, given=""):
+    """(sha256, source): the given one, else gguf_fetch's stamp (<model>.verified.json) when it still matches the
+    file (size, mtime_ns, inode), else a full hash of the file."""
+    if given:
+        return given.lower(), "given"
+    if not model_path or not os.path.isfile(model_path):
+        return None, "no model file"
+    st = os.stat(model_path)
+    try:
+        with open(model_path + ".verified.json") as handle:
+            stamp = json.load(handle)
+        if (int(stamp.get("size", -1)) == st.st_size and int(stamp.get("mtime_ns", -1)) == st.st_mtime_ns
+                and int(stamp.get("inode", -1)) == st.st_ino and re.match(r"^[0-9a-f]{64}$", str(stamp.get("sha256")))):
+            return str(stamp["sha256"]), "stamp"
+    except (IOError, OSError, ValueError, TypeError):
+        pass
+    import hashlib
+    h = hashlib.sha256()
+    with open(model_path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(4 * MIB), b""):
+            h.update(chunk)
+    return h.hexdigest(), "hashed"
+
+
+def make_record(backend, rows, release="", model_sha="", model_path="", shape=None, plan=None, now=None):
+    """One plan-vs-actual record (the JSON file's list element)."""
+    plan = plan or {}
+    devices = []
+    for r in rows:
+        p = r["planned"] or {}
+        d = {"device": r["device"], "planned": dict((k, p.get(k, 0)) for k in KINDS) if p else None,
+             "measured_total": r["actual_bytes"], "error": r["error_bytes"], "bound": r["bound_bytes"],
+             "verdict": r["verdict"], "source": r["source"]}
+        for k in ("pid", "pci_address", "gpu_uuid", "card_used_bytes", "kfd_process_bytes", "rss_anon_bytes",
+                  "rss_file_bytes"):
+            if k in r:
+                d[k] = r[k]
+        devices.append(d)
+    t = time.time() if now is None else now
+    return {
+        "version": RECORD_VERSION,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), "timestamp": round(t, 3),
+        "release": release or None, "backend": backend, "model_path": model_path or None,
+        "model_sha256": model_sha or None, "shape": dict(shape or {}),
+        "plan": {"tensor_split": plan.get("tensor_split"), "ctx_size": plan.get("ctx_size"),
+                 "parallel": plan.get("parallel"), "profile": (plan.get("profile") or {}).get("backend")}
+        if plan else None,
+        "bound": dict(BOUNDS.get(backend, BOUNDS["cpu"])),
+        "devices": devices,
+        "misses": [d["device"] for d in devices if d["verdict"] in ("under", "over")],
+    }
+
+
+def load_records(path):
+    """The records of a plan-vs-actual.json ([] when absent); a file that is not a JSON list is an error."""
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except ValueError as exc:
+        raise PlanActualError("%s is not valid JSON (%s): move it aside (it is the plan-vs-actual history; nothing "
+                              "here deletes it) and the next gate starts a new one" % (path, exc))
+    if not isinstance(data, list):
+        raise PlanActualError("%s holds a %s, not a list of records: move it aside and the next gate starts a new "
+                              "one" % (path, type(data).__name__))
+    return data
+
+
+def _atomic_write(path, text, mode=0o644):
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, mode)
+    os.rename(tmp, path)
+
+
+def append_record(path, record):
+    records = load_records(path)
+    records.append(record)
+    _atomic_write(path, json.dumps(records, indent=1, sort_keys=True) + "\n")
+    return len(records)
+
+
+def _label(v):
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_textfile(record):
+    """node-exporter textfile of one record: llm_plan_device_bytes{device,kind}, llm_actual_device_bytes{device},
+    llm_plan_device_bound_bytes{device} (the planner's bound on that device; absent where not bounded)."""
+    lines = [
+        "# HELP llm_plan_device_bytes Bytes dankfleet.llm.fit_plan planned on the device at the last gated deploy.",
+        "# TYPE llm_plan_device_bytes gauge",
+    ]
+    devs = record.get("devices") or []
+    for d in devs:
+        if d.get("planned"):
+            for k in KINDS:
+                lines.append('llm_plan_device_bytes{device="%s",kind="%s"} %d' % (_label(d["device"]), k,
+                                                                                  int(d["planned"].get(k, 0))))
+    lines += ["# HELP llm_actual_device_bytes Bytes the endpoint held on the device after the gate's real request.",
+              "# TYPE llm_actual_device_bytes gauge"]
+    for d in devs:
+        if d.get("measured_total") is not None:
+            lines.append('llm_actual_device_bytes{device="%s"} %d' % (_label(d["device"]), int(d["measured_total"])))
+    lines += ["# HELP llm_plan_device_bound_bytes The planner's own bound on the device total (actual vs plan).",
+              "# TYPE llm_plan_device_bound_bytes gauge"]
+    for d in devs:
+        if d.get("bound") is not None:
+            lines.append('llm_plan_device_bound_bytes{device="%s"} %d' % (_label(d["device"]), int(d["bound"])))
+    lines += ["# HELP llm_plan_actual_timestamp_seconds When the last plan-vs-actual record was taken.",
+              "# TYPE llm_plan_actual_timestamp_seconds gauge",
+              "llm_plan_actual_timestamp_seconds %s" % record.get("timestamp", 0)]
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(directory, text, name=TEXTFILE_NAME):
+    """Atomically (node-exporter must never read half a file); returns (path, changed)."""
+    path = os.path.join(directory, name)
+    old = None
+    if os.path.exists(path):
+        with open(path) as handle:
+            old = handle.read()
+    if old == text:
+        return path, False
+    _atomic_write(path, text)
+    return path, True
