@@ -34,45 +34,11 @@ _value:
   elements: str
 """
 
-from ansible.errors import AnsibleFilterError
-
-try:
-    from ansible_collections.dankfleet.llm.plugins.module_utils import rpc_fleet
-except ImportError:  # pragma: no cover - only when the collection is not on the path
-    rpc_fleet = None
-
-MIB = 1024 * 1024
-
-
-def _workers(hosts):
-    """Worker dicts from hostvars (map('extract', hostvars) of the llm_rpc_workers group)."""
-    out = []
-    for hv in hosts or []:
-        if not hasattr(hv, "get"):
-            raise AnsibleFilterError("expected the workers' hostvars (groups['llm_rpc_workers'] | map('extract', hostvars)), "
-                                     "got %r" % (hv,))
-        facts = hv.get("ansible_facts") or {}
-        gpus = hv.get("gpu_facts")
-        backend = hv.get("llama_rpc_worker_backend") or "cpu"
-        memtotal = facts.get("memtotal_mb") or hv.get("ansible_memtotal_mb")
-        if backend == "cpu" and memtotal:
-            gpus = [{"name": "CPU", "vram_total_bytes": int(memtotal) * MIB}]
-        out.append({"host": hv.get("inventory_hostname"), "address": hv.get("dankfleet_private_address"),
-                    "devices": hv.get("llama_rpc_worker_devices"), "backend": backend, "gpus": gpus})
-    return out
-
-
-def _call(name, fn, *args):
-    if rpc_fleet is None:
-        raise AnsibleFilterError("dankfleet.llm.%s: plugins/module_utils/rpc_fleet.py could not be imported" % name)
-    try:
-        return fn(*args)
-    except rpc_fleet.RpcFleetError as exc:
-        raise AnsibleFilterError("dankfleet.llm.%s: %s; nothing was changed" % (name, exc))
+from ansible_collections.dankfleet.llm.plugins.plugin_utils.rpc_filter import call
 
 
 def rpc_endpoints(hosts):
-    return _call("rpc_endpoints", rpc_fleet.rpc_endpoints, _workers(hosts))
+    return call("rpc_endpoints", "rpc_endpoints", call("rpc_endpoints", "workers_from_hostvars", hosts))
 
 
 class FilterModule(object):

@@ -35,25 +35,11 @@ _value:
   type: str
 """
 
-from ansible.errors import AnsibleFilterError
-
-try:
-    from ansible_collections.dankfleet.llm.plugins.module_utils import rpc_fleet
-except ImportError:  # pragma: no cover - only when the collection is not on the path
-    rpc_fleet = None
-
-
-def _call(name, fn, *args):
-    if rpc_fleet is None:
-        raise AnsibleFilterError("dankfleet.llm.%s: plugins/module_utils/rpc_fleet.py could not be imported" % name)
-    try:
-        return fn(*args)
-    except rpc_fleet.RpcFleetError as exc:
-        raise AnsibleFilterError("dankfleet.llm.%s: %s; nothing was changed" % (name, exc))
+from ansible_collections.dankfleet.llm.plugins.plugin_utils.rpc_filter import call
 
 
 def rpc_missing_devices(log, endpoints=None):
-    return _call("rpc_missing_devices", rpc_fleet.missing_devices, log, endpoints or [])
+    return call("rpc_missing_devices", "missing_devices", log, endpoints or [])
 
 
 class FilterModule(object):

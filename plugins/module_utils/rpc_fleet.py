@@ -94,6 +94,24 @@ def _address(w):
     return "[%s]" % ip if ip.version == 6 else str(ip)
 
 
+def workers_from_hostvars(hosts):
+    """Worker dicts from hostvars (``groups['llm_rpc_workers'] | map('extract', hostvars)``)."""
+    out = []
+    for hv in hosts or []:
+        if not hasattr(hv, "get"):
+            raise RpcFleetError("expected the workers' hostvars (groups['llm_rpc_workers'] | map('extract', hostvars)), "
+                                "got %r" % (hv,))
+        facts = hv.get("ansible_facts") or {}
+        gpus = hv.get("gpu_facts")
+        backend = hv.get("llama_rpc_worker_backend") or "cpu"
+        memtotal = facts.get("memtotal_mb") or hv.get("ansible_memtotal_mb")
+        if backend == "cpu" and memtotal:
+            gpus = [{"name": "CPU", "vram_total_bytes": int(memtotal) * 1024 * 1024}]
+        out.append({"host": hv.get("inventory_hostname"), "address": hv.get("dankfleet_private_address"),
+                    "devices": hv.get("llama_rpc_worker_devices"), "backend": backend, "gpus": gpus})
+    return out
+
+
 def rpc_endpoints(workers):
     """The head's --rpc list: 'address:port' for every worker device, in inventory order."""
     eps = []
