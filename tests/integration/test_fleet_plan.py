@@ -10,8 +10,9 @@ Neither payload is on this machine, as on a first deploy. dankserver is planned 
 recorded on the controller (its host_vars' dankfleet_plan_header_facts): the capacity table shows the
 runbook's 32:33 at 327680 x 2 and the binding card. frank-zealot's manifest is still FILL-: it is a
 "cannot plan" row in the fleet summary, and the run still succeeds. With its manifest filled (the lab's
-MTP model, present on the "host") frank-zealot gets its own table from the cuda profile. Nothing is
-built, fetched or changed. Two plan-only runs: ~10 s.
+MTP model, present on the "host") frank-zealot gets its own table from the cuda profile. A host that
+does not fit stops alone, with its table, and the summary still lists it. Nothing is built, fetched or
+changed. Three plan-only runs: ~16 s.
 """
 from __future__ import annotations
 
@@ -132,3 +133,18 @@ def test_fleet_plan_with_zealot_named(tmp_path, lab_models):
     (summary,) = debug_msgs(run.stdout, "Fleet summary (one verdict per host)")["dankserver"]
     assert summary[0] == "fleet: 2 host(s), 2 fit, 0 do not fit, 0 not planned"
     assert summary[2].startswith("frank-zealot: fits - split none - one CUDA0, context ")
+
+
+def test_a_host_that_does_not_fit_stops_alone_and_is_in_the_summary(tmp_path):
+    # 50:15 puts 51 layers on ROCm0: dankserver is refused with its table; the summary (run by the host
+    # still in the play) lists it, and frank-zealot goes on to its "cannot plan" row
+    run = plan_only("-i", str(overlay(tmp_path)), "-e", json.dumps({"llama_server_tensor_split": [50, 15]}))
+    assert run.returncode != 0
+    assert re.search(r"dankserver\s*: ok=\d+\s+changed=0 .*failed=1", run.stdout), run.stdout[-1500:]
+    assert re.search(r"frank-zealot\s*: ok=\d+\s+changed=0 .*failed=0", run.stdout), run.stdout[-1500:]
+    (dank,) = debug_msgs(run.stdout, "Show the capacity table")["dankserver"]
+    assert dank[1] == "split: 50:15 (layer)" and dank[-1].startswith("binding: does not fit - serve.ctx_size 327680")
+    (summary,) = debug_msgs(run.stdout, "Fleet summary (one verdict per host)")["frank-zealot"]
+    assert summary[0] == "fleet: 2 host(s), 0 fit, 1 do not fit, 1 not planned"
+    assert summary[1].startswith("dankserver: DOES NOT FIT - split 50:15")
+    assert summary[2].startswith("frank-zealot: cannot plan: ")
