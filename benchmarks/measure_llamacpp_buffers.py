@@ -205,6 +205,18 @@ def post_json(port, path, body, timeout=300):
         return json.loads(r.read())
 
 
+def stop_server(proc, grace=60):
+    """SIGINT (llama.cpp prints its memory breakdown on the way out), then kill after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_health(port, timeout=60):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -270,12 +282,8 @@ def run_server(cfg, endpoints, bindir, timeout=180, request=False):
         req = first_request(port, cfg) if wait_health(port) else {"ok": False, "error": "/health never 200"}
         smi["after_request"] = nvidia_smi()
     if listening:
-        proc.send_signal(signal.SIGINT)
+        stop_server(proc)
     else:
-        proc.kill()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
     th.join(10)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -70,8 +69,7 @@ def main(argv=None):
         loaded = rss(pids[0])
         req = m.first_request(port, cfg) if m.wait_health(port) else {"ok": False}
         after = rss(pids[0])
-        proc.send_signal(signal.SIGINT)
-        proc.wait(60)
+        m.stop_server(proc)
     parsed = m.parse_log(lines, eps)
     dev = parsed["devices"].get("RPC0") or {}
     buffers = sum(dev.get(k, 0) for k in ("weights", "kv", "recurrent", "compute", "output"))

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from measure_llamacpp_buffers import post_json, prompt_tokens, wait_health  # noqa: E402
+from measure_llamacpp_buffers import post_json, prompt_tokens, stop_server, wait_health  # noqa: E402
 
 
 def read_env(path):
@@ -106,13 +105,7 @@ def serve_and_measure(env_file, launcher, env, prompt, gen, reps, log_path, time
             # the same with the env file's own sampling defaults (what a client that sends none gets)
             dec_def = [completion(port, 16, gen, 200 + i, greedy=False) for i in range(reps)]
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_server(proc)
     return {"ready_s": ready_s, "prefill": pre, "decode": dec, "decode_default_sampling": dec_def,
             "prefill_tps": statistics.median(r["prompt_per_second"] for r in pre),
             "decode_tps": statistics.median(r["predicted_per_second"] for r in dec),

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "collections"))
 
-from measure_llamacpp_buffers import nvidia_smi  # noqa: E402
+from measure_llamacpp_buffers import nvidia_smi, stop_server  # noqa: E402
 from served_vs_bench import read_env  # noqa: E402
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint  # noqa: E402
@@ -78,13 +77,7 @@ def measure_one(name, env_file, launcher, prompts, log_path, timeout=900):
         except (BenchError, OSError, ValueError) as e:
             rec["error"] = str(e)
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_server(proc)
     rec["pid"] = proc.pid
     rec["smi_before"] = smi0
     smi = rec.get("smi_after_run") or {}
