@@ -198,6 +198,15 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
         if not self.server.quiet:
             sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
 
+    _entry = None
+
+    def send_response(self, code, message=None):
+        # The status is logged as it goes out, so it is in the log before the
+        # client can read the answer (None: the request got no status line).
+        if self._entry is not None:
+            self._entry["status"] = code
+        super().send_response(code, message)
+
     def do_HEAD(self):
         self._serve(head=True)
 
@@ -227,12 +236,15 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
         entry = {"method": self.command, "path": self.path, "fault": "",
                  "range": self.headers.get("Range"), "status": None, "sent": 0,
                  "auth": "Authorization" in self.headers}
+        # Logged on arrival, before any byte of the answer goes out: a client
+        # that has seen the answer is sure to find its request in the log
+        # (recording it when the handler ends raced a client that hung up).
+        self._entry = entry
+        self.server.record(entry)
         try:
-            entry["status"] = self._answer(head, entry)
+            self._answer(head, entry)
         except (_Dropped, BrokenPipeError, ConnectionResetError, socket.timeout):
             self.close_connection = True
-        finally:
-            self.server.record(entry)
 
     def _answer(self, head, entry):
         split = urllib.parse.urlsplit(self.path)
