@@ -63,8 +63,10 @@ import urllib.request
 
 if __name__.startswith("ansible_collections."):
     from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import HASH_READ_CHUNK, hash_file
 else:  # plain python (benchmarks) with plugins/module_utils on sys.path
     from regular_file import file_kind, open_regular
+    from sha256 import HASH_READ_CHUNK, hash_file
 
 STAMP_SUFFIX = ".verified.json"
 PART_SUFFIX = ".part"
@@ -72,7 +74,6 @@ STAMP_VERSION = 1
 # 256 KiB: the buffer a recv fills is still in cache when write() and sha256 read
 # it; measured on the 2-core CI box, 4 MiB buffers cost ~2x the system time.
 DEFAULT_CHUNK = 256 * 1024
-HASH_READ_CHUNK = 1024 * 1024
 # Statuses a retry may cure; anything else (401, 403, 404, ...) fails at once.
 RETRYABLE_HTTP = frozenset((408, 425, 429, 500, 502, 503, 504))
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -145,23 +146,6 @@ def human(n):
             return ("%d %s" % (n, unit)) if unit == "B" else ("%.2f %s" % (n, unit))
         n /= 1024.0
     return str(n)
-
-
-def hash_file(path, chunk=HASH_READ_CHUNK, limit=None, hasher=None):
-    """sha256 of path's first `limit` bytes (all if None); returns (hasher, nbytes)."""
-    h = hasher or hashlib.sha256()
-    n = 0
-    buf = bytearray(chunk)
-    mv = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while limit is None or n < limit:
-            want = chunk if limit is None else min(chunk, limit - n)
-            got = f.readinto(mv[:want])
-            if not got:
-                break
-            h.update(mv[:got])
-            n += got
-    return h, n
 
 
 class _NotRegular(Exception):

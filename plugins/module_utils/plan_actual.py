@@ -33,8 +33,10 @@ import time
 
 try:
     from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
 except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
     from gpu_facts import INTEGRATED_GFX, gfx_target
+    from sha256 import sha256_file
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -502,12 +504,7 @@ def model_sha256(model_path, given=""):
             return str(stamp["sha256"]), "stamp"
     except (IOError, OSError, ValueError, TypeError):
         pass
-    import hashlib
-    h = hashlib.sha256()
-    with open(model_path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(4 * MIB), b""):
-            h.update(chunk)
-    return h.hexdigest(), "hashed"
+    return sha256_file(model_path), "hashed"
 
 
 def make_record(backend, rows, release="", model_sha="", model_path="", shape=None, plan=None, now=None):

@@ -41,12 +41,16 @@ import datetime
 import errno
 import glob
 import grp
-import hashlib
 import os
 import pwd
 import re
 import shutil
 import stat
+
+if __name__.startswith('ansible_collections.'):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
+else:  # plain python with plugins/module_utils on sys.path
+    from sha256 import sha256_file
 
 MANIFEST_NAME = 'MANIFEST'
 MANIFEST_HEADER = '# dankfleet.llm trash MANIFEST v2'
@@ -79,14 +83,6 @@ UNIT_NAME = re.compile(r'^(?![.@])[A-Za-z0-9:_.@\\-]+\.(service|socket|device|mo
 
 class TrashError(Exception):
     """A refusal with a message that names the path and what to do about it."""
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, 'rb') as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b''):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _name_of_uid(uid):
