@@ -198,8 +198,11 @@ def trash_path(trash_dir, path):
     return os.path.join(trash_dir, os.path.normpath(path).lstrip('/'))
 
 
-def describe(path, given=None):
-    """One MANIFEST file row (as a dict) for an existing file or symlink."""
+def describe(path, given=None, sha256=None):
+    """One MANIFEST file row (as a dict) for an existing file or symlink.
+
+    ``sha256``: the caller's digest of this very regular file, taken instead of hashing it again.
+    """
     _check_text(path, 'path')
     _check_text(given or path, 'path')
     st = os.lstat(path)
@@ -217,7 +220,7 @@ def describe(path, given=None):
         row['link_target'] = _check_text(os.readlink(path), 'link target of %s' % path)
     elif stat.S_ISREG(st.st_mode):
         row['kind'] = 'file'
-        row['sha256'] = sha256_file(path)
+        row['sha256'] = sha256 or sha256_file(path)
     else:
         raise TrashError('%s is neither a regular file nor a symlink: list the files inside it instead' % path)
     return row
@@ -395,8 +398,11 @@ def _verify(path, row):
     return problems
 
 
-def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
+def retire(trash_dir, paths, units=(), check_mode=False, comments=(), known_sha256=None):
     """Move ``paths`` (and what they expand to) into ``trash_dir``; return what happened.
+
+    ``known_sha256`` maps a path as given to the sha256 its caller just computed of it (a multi-GiB
+    file is then not hashed again for its row); the file in the trash is still verified against it.
 
     A path that is absent but already sits in the trash counts as retired; one that is
     absent everywhere is reported as missing. A path whose trash slot is taken by
@@ -420,7 +426,7 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
         if trash_dir.startswith(path.rstrip('/') + '/'):
             raise TrashError('the trash directory %s lies inside %s: it cannot be retired into itself' % (trash_dir, given))
         if os.path.lexists(path):
-            row = describe(path, given)
+            row = describe(path, given, (known_sha256 or {}).get(given))
             if os.path.lexists(dest):
                 raise TrashError(
                     '%s cannot be retired: %s already exists in the trash (an earlier retire into the same '
