@@ -30,7 +30,7 @@ description:
     in M(dankfleet.llm.trash_files)' format - the file (with its stamp) at its
     absolute path below it and a C(MANIFEST) of owner, group, mode and sha256
     whose comments say what was expected and found - so
-    M(dankfleet.llm.trash_files) with C(state: restored)
+    M(dankfleet.llm.trash_files) with C(state=restored)
     puts it back byte-identical.
   - Connection loss, stalls (no byte for O(timeout) seconds) and HTTP
     408/425/429/5xx are retried with exponential backoff from where the

@@ -64,8 +64,8 @@ def test_chain_helpers():
 
 
 def test_spellings_name_every_form_and_refuse_an_unknown_flag():
-    assert rules.spellings("--ctx-size", "--spec-draft-model") == ("-c", "--ctx-size", "--spec-draft-model", "-md",
-                                                                 "--model-draft")
+    expected = ("-c", "--ctx-size", "--spec-draft-model", "-md", "--model-draft")
+    assert rules.spellings("--ctx-size", "--spec-draft-model") == expected
     for long_form, forms in rules.FLAG_SPELLINGS.items():
         assert long_form in forms
     with pytest.raises(KeyError):
