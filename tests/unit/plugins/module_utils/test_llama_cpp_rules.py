@@ -125,3 +125,13 @@ def test_the_argument_specs_choices_agree():
     options = _yaml("meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert tuple(options["llama_server_spec_type"]["choices"]) == rules.SPEC_TYPES
     assert tuple(options["llama_server_split_mode"]["choices"]) == rules.SPLIT_MODES
+
+
+def test_every_variable_the_env_checker_types_is_one_the_launcher_reads(env_check):
+    """The checker's typed names and the launcher's flags are two tables of one env file: a name the
+    launcher never reads would be checked and then silently ignored."""
+    text = open(LAUNCHER).read()
+    read = set(re.findall(r"opt --[a-z-]+ ([A-Z_]+)", text)) | set(re.findall(r"\$\{?([A-Z_]+)", text))
+    assert {"CTX_SIZE", "LISTEN_PORT", "METRICS", "VISION", "SPEC_TYPE"} <= read, "the launcher's variables were not parsed"
+    typed = set(env_check.REQUIRED) | set(env_check.INTEGERS) | set(env_check.NUMBERS) | set(env_check.CHOICES)
+    assert sorted(typed - read) == []
