@@ -398,6 +398,17 @@ def _verify(path, row):
     return problems
 
 
+def _result(plan, trash_dir, manifest):
+    """What retire and restore report of a plan of (src, dest, row) moves."""
+    return {
+        'changed': bool(plan),
+        'trash_dir': trash_dir,
+        'manifest': manifest,
+        'moves': [{'src': src, 'dest': dest, 'kind': row['kind'], 'sha256': row['sha256'],
+                   'link_target': row['link_target']} for src, dest, row in plan],
+    }
+
+
 def retire(trash_dir, paths, units=(), check_mode=False, comments=(), known_sha256=None):
     """Move ``paths`` (and what they expand to) into ``trash_dir``; return what happened.
 
@@ -442,16 +453,12 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=(), known_sha2
             else:
                 missing.append(path)
 
-    result = {
-        'changed': bool(plan),
-        'trash_dir': trash_dir,
-        'manifest': manifest,
-        'moves': [{'src': p, 'dest': d, 'kind': r['kind'], 'sha256': r['sha256'], 'link_target': r['link_target']}
-                  for p, d, r in plan],
+    result = _result(plan, trash_dir, manifest)
+    result.update({
         'already_retired': already,
         'missing': missing,
         'duplicates': duplicates,
-    }
+    })
     if check_mode or not plan:
         return result
 
@@ -524,16 +531,8 @@ def restore(trash_dir, check_mode=False, now=None):
                              % (src, '; '.join(problems)))
         plan.append((src, dest, row))
 
-    result = {
-        'changed': bool(plan),
-        'trash_dir': trash_dir,
-        'manifest': manifest,
-        'moves': [{'src': s, 'dest': d, 'kind': r['kind'], 'sha256': r['sha256'], 'link_target': r['link_target']}
-                  for s, d, r in plan],
-        'in_place': in_place,
-        'already_restored': False,
-        'units': units,
-    }
+    result = _result(plan, trash_dir, manifest)
+    result.update({'in_place': in_place, 'already_restored': False, 'units': units})
     if check_mode:
         return result
     for src, dest, row in plan:
