@@ -552,9 +552,12 @@ class Fetcher:
         except (TrashError, OSError) as e:
             raise FetchError("could not move %s to the trash %s: %s. Nothing was deleted; move it aside by hand "
                              "and re-run" % (path, event, e))
+        if not moved["moves"]:
+            raise FetchError("%s vanished before it could be moved to the trash %s (another process removed or moved "
+                             "it): re-run" % (path, event))
         target = moved["moves"][0]["dest"]
-        entry = {"path": target, "note": moved["manifest"], "manifest": moved["manifest"], "trash_dir": event,
-                 "reason": reason, "from": path}
+        entry = {"path": target, "note": moved["manifest"], "manifest": moved["manifest"],
+                 "trash_dir": moved["trash_dir"], "reason": reason, "from": path}
         self.result["trashed"].append(entry)
         if self._log:
             self._log.line("trashed %s -> %s (%s; MANIFEST %s)" % (path, target, reason, moved["manifest"]))
