@@ -33,13 +33,17 @@ import time
 
 try:
     from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
-    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
 except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
     from gpu_facts import INTEGRATED_GFX, gfx_target
-    from sha256 import sha256_file
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
+
+try:
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
+except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
+    from sha256 import sha256_file
+
 RECORD_FILE = "plan-vs-actual.json"
 RECORD_VERSION = 1
 TEXTFILE_NAME = "llm_plan_actual.prom"

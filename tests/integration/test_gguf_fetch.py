@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.join(REPO, "tests", "lab"))
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (  # noqa: E402
     PART_SUFFIX, STAMP_SUFFIX, FetchError, fetch)
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files  # noqa: E402
 import range_http_server  # noqa: E402
 
 SIZE = 1_500_001  # not a multiple of any chunk size, larger than several chunks
@@ -195,11 +194,13 @@ def test_wrong_bytes_fail_and_part_goes_to_trash(served, tmp_path):
     (entry,) = e.value.result["trashed"]
     moved = open(entry["path"], "rb").read()
     assert len(moved) == SIZE and moved != served["data"]
-    assert entry["path"] == trash_files.trash_path(entry["trash_dir"], str(dest) + PART_SUFFIX)
+    part = str(dest) + PART_SUFFIX
+    assert entry["path"] == os.path.join(entry["trash_dir"], part.lstrip("/"))  # trash_files' layout
     assert entry["note"] == entry["manifest"] == os.path.join(entry["trash_dir"], "MANIFEST")
     manifest = open(entry["manifest"]).read()
-    (row,), units = trash_files.parse_manifest(manifest)
-    assert units == [] and (row["given"], row["sha256"]) == (str(dest) + PART_SUFFIX, hashlib.sha256(moved).hexdigest())
+    assert manifest.startswith("# dankfleet.llm trash MANIFEST v2\n")
+    mode = "%04o" % (os.stat(entry["path"]).st_mode & 0o7777)
+    assert "\t%s\t%s\t-\t%s\n" % (mode, hashlib.sha256(moved).hexdigest(), part) in manifest  # mode sha256 link given
     assert "expected size %d sha256 %s" % (SIZE, served["sha256"]) in manifest
 
 
@@ -399,31 +400,6 @@ def test_corrupt_present_file_is_moved_to_trash_then_refetched(served, tmp_path)
     manifest = open(entry["manifest"]).read()
     assert "expected size %d sha256 %s" % (SIZE, served["sha256"]) in manifest
     assert "found    size %d sha256 %s" % (SIZE, hashlib.sha256(bytes(corrupt)).hexdigest()) in manifest
-
-
-def test_a_trashed_file_and_its_stamp_restore_byte_identical_from_the_manifest(served, tmp_path):
-    """The trash is trash_files': its restore puts a gguf_fetch move back, and refuses over a live file."""
-    dest = tmp_path / "m.gguf"
-    run(served, dest)
-    with open(dest, "r+b") as f:          # corrupted in place after it was stamped: same size, stale stamp
-        f.seek(4242)
-        f.write(b"\x00\x01")
-    os.chmod(dest, 0o640)
-    before = {p: (open(p, "rb").read(), os.stat(p).st_mode) for p in (str(dest), str(dest) + STAMP_SUFFIX)}
-    r = run(served, dest, trash_dir=str(tmp_path / "trash"))
-    assert r["status"] == "downloaded"
-    (entry,) = r["trashed"]
-    files, _ = trash_files.parse_manifest(open(entry["manifest"]).read())
-    assert sorted(row["given"] for row in files) == sorted(before)
-    with pytest.raises(trash_files.TrashError, match="exists already"):
-        trash_files.restore(entry["trash_dir"])     # the fresh download is in the way: nothing is overwritten
-    aside = tmp_path / "aside"
-    aside.mkdir()
-    for p in before:
-        os.rename(p, str(aside / os.path.basename(p)))
-    restored = trash_files.restore(entry["trash_dir"])
-    assert restored["changed"] and len(restored["moves"]) == 2
-    assert dict((p, (open(p, "rb").read(), os.stat(p).st_mode)) for p in before) == before
 
 
 def test_short_present_file_is_a_size_mismatch_without_hashing(served, tmp_path):
