@@ -13,13 +13,12 @@ import json
 import os
 import sys
 
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.tests.fixtures.runbook_points import POINTS, R9700_VRAM
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
-
-import fit_plan  # noqa: E402
-from runbook_points import POINTS, R9700_VRAM  # noqa: E402
 
 GIB = 1024 ** 3
 KEYS = ["device_overhead_bytes", "compute_base_bytes", "act_embd_bytes", "act_ff_bytes", "mask_bytes_per_cell",

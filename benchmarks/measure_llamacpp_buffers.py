@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -53,10 +52,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import accuracy_models
 
-import accuracy_models  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 MIB = 1024 * 1024
 CACHE = Path(os.environ.get("DANKFLEET_CACHE", Path.home() / ".cache" / "dankfleet"))

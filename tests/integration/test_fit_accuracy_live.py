@@ -9,19 +9,15 @@ naming the command that re-records the fixtures.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-for _p in (REPO / "benchmarks", REPO / "plugins" / "module_utils"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+import accuracy_models
+import fit_accuracy
+import measure_llamacpp_buffers as measure
 
-import accuracy_models  # noqa: E402
-import fit_accuracy  # noqa: E402
-import measure_llamacpp_buffers as measure  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 FIXTURE_ID = "dense-c8192-np1-ub512-f16-ts11"
 PRINTED = 0.01 * 1024 * 1024      # llama.cpp prints buffer sizes in MiB with two decimals

@@ -1,16 +1,14 @@
 """benchmarks/collection_perf.py: PLAY RECAP and fetch_vs_curl parsing, and the idempotence verdict,
 driven end to end with stand-in deploy and MainPID commands (the lab deploy is run for real by the
 lead with `python benchmarks/collection_perf.py`)."""
-import importlib.util
 import json
 import os
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-_spec = importlib.util.spec_from_file_location('collection_perf', os.path.join(REPO, 'benchmarks', 'collection_perf.py'))
-cp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cp)
+import collection_perf as cp
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 
 RECAP = """
 TASK [x] ****

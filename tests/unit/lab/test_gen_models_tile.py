@@ -1,19 +1,11 @@
 """tests/lab/gen_models.py fill="tile" and header_only (issue 19): the real-scale mode's code path at tiny scale."""
-import os
-import sys
-
 import numpy as np
 import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-for _p in (os.path.join(ROOT, "tests", "lab"), os.path.join(ROOT, "benchmarks")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import accuracy_models  # noqa: E402
-import gen_models as g  # noqa: E402
+import accuracy_models
+import gen_models as g
 
 
 def _tensor(path, name):

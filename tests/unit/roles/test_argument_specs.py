@@ -3,13 +3,10 @@
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from serve_roles_helpers import load_yaml, role_file  # noqa: E402
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import load_yaml, role_file
 
 ROLES = ['runtime_retire', 'llama_server', 'llama_rpc_worker']
 

@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import planner_testlib as lib
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dankfleet.llm.plugins.filter.fit_plan import FilterModule
 

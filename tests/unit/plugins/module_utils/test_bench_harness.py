@@ -4,21 +4,18 @@ result aggregation, report files. No endpoint, no llama-bench, no container.
 import csv
 import json
 import os
-import sys
 
 import pytest
 import yaml
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-COLLECTIONS = os.path.join(REPO, 'collections')
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report as br
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_spec as bs
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_turns as bt
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report as br  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_spec as bs  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_turns as bt  # noqa: E402
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+COLLECTIONS = os.path.join(REPO, 'collections')
 
 # Two lines of llama-bench b11434 `-o jsonl` (trimmed to the fields the harness reads).
 PP = {"build_commit": "unknown", "build_number": 11434, "backends": "RPC", "devices": "RPC0/RPC1",

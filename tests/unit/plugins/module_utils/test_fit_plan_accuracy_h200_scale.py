@@ -11,19 +11,15 @@ every device -- against llama.cpp's buffers and, with its runtime overhead, agai
 """
 import json
 import os
-import sys
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-for _p in (os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "plugins", "module_utils")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import accuracy_models
+import fit_accuracy
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+import measure_llamacpp_buffers as measure
 
-import accuracy_models  # noqa: E402
-import fit_accuracy  # noqa: E402
-import fit_plan  # noqa: E402
-import measure_llamacpp_buffers as measure  # noqa: E402
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

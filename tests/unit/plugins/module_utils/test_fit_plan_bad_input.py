@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-import planner_testlib as lib
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dankfleet.llm.plugins.filter.fit_plan import FilterModule
-from fit_plan import FitPlanError, plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
 
 GIB = lib.GIB
 MODEL = lib.fixture("frank_medium")

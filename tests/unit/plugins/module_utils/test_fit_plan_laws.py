@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-import planner_testlib as lib
-from fit_plan import PROFILES, assign_slots, context_shape, counts_to_split, plan, swa_cells
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import PROFILES, assign_slots, context_shape, counts_to_split, plan, swa_cells
 
 GIB, MIB = lib.GIB, lib.MIB
 ZERO = dict((k, 0) for k in PROFILES["cpu"] if k != "source")
@@ -155,13 +155,16 @@ def test_profiles_are_documented():
 
 
 def test_fit_plan_imports_without_ansible():
-    code = ("import sys; sys.modules['ansible'] = None; sys.path.insert(0, %r); import fit_plan; "
-            "print(fit_plan.plan.__name__)" % os.path.join(lib.ROOT, "plugins", "module_utils"))
+    # the file alone, by path (runpy): no collection, no Ansible - as a stdlib-only copy would run
+    code = ("import runpy, sys; sys.modules['ansible'] = None; "
+            "print(runpy.run_path(%r)['plan'].__name__)" % os.path.join(lib.ROOT, "plugins", "module_utils", "fit_plan.py"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "plan", out.stderr
 
 
 def test_fixtures_are_up_to_date():
     script = os.path.join(lib.FIXTURES, "build_runbook_fixtures.py")
-    out = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True, check=False, timeout=120)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))  # the collection, as this process imports it
+    out = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True, check=False, timeout=120,
+                         env=env)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -13,8 +13,8 @@ import os
 import pytest
 import yaml
 
-import planner_testlib as lib
-from fit_plan import plan
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
 
 HOST_VARS = os.path.join(lib.ROOT, "inventory", "production", "host_vars", "dankserver.yml")
 B850 = os.path.join(lib.FIXTURES, "gpu", "b850-proart.facts.json")

@@ -7,9 +7,9 @@ bent to them.
 """
 import pytest
 
-import planner_testlib as lib
-from fit_plan import plan
-from runbook_points import POINTS
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+from ansible_collections.dankfleet.llm.tests.fixtures.runbook_points import POINTS
 
 GIB, MIB = lib.GIB, lib.MIB
 MODEL = lib.fixture("frank_medium")

@@ -8,12 +8,11 @@ import tempfile
 
 import pytest
 
-import planner_testlib as lib
-import fit_plan
-from fit_plan import plan
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
 
 GIB, MIB = lib.GIB, lib.MIB
-sys.path.insert(0, os.path.join(lib.ROOT, "benchmarks"))
 
 
 def enumerated(gpus, model, serve, drafter=None):

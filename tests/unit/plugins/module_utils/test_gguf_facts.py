@@ -7,9 +7,9 @@ import sys
 import gguf
 import pytest
 
-import planner_testlib as lib
-from gguf_facts import gguf_facts
-from gguf_reader import GGUFError, read_gguf
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
 
 
 def test_qwen35_interval_and_nextn(tmp_path):
@@ -130,7 +130,7 @@ def _run_module(args, tmp_path):
     """Run plugins/modules/gguf_info.py the way Ansible does (args file), return (rc, result)."""
     argsfile = tmp_path / "args.json"
     argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(lib.ROOT, "collections")] + sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))  # the collection, as this process imports it
     proc = subprocess.run([sys.executable, os.path.join(lib.ROOT, "plugins", "modules", "gguf_info.py"), str(argsfile)],
                           capture_output=True, text=True, check=False, env=env, timeout=60)
     return proc.returncode, json.loads(proc.stdout)

@@ -1,16 +1,14 @@
 """gguf_fetch's pure helpers and the role's defaults/argument_specs agreement (no network)."""
 import os
-import sys
 import types
 
 import pytest
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "collections"))
-
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (  # noqa: E402
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (
     FetchError, _parse_content_range, redact_url, stamp_matches, validate_declared)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 SHA = "ab" * 32
 

@@ -1,45 +1,11 @@
 """gguf_reader against the gguf package: type sizes, a differential parse, and every refusal."""
-import math
 import struct
 
 import gguf
 import pytest
 
-import planner_testlib as lib
-from gguf_reader import GGML_TYPES, GGUFError, ggml_row_bytes, read_gguf
-
-
-def _assert_same_as_gguf_reader(path):
-    """Field by field: our parse of path against gguf.GGUFReader's."""
-    ours = read_gguf(path)
-    ref = gguf.GGUFReader(path)
-    assert ours.alignment == ref.alignment
-    assert ours.data_offset == ref.data_offset
-    ref_fields = dict((k, f) for k, f in ref.fields.items() if not k.startswith("GGUF."))
-    assert sorted(ours.fields) == sorted(ref_fields)
-    for key, f in ref_fields.items():
-        ref_val = f.contents()
-        val = ours.fields[key]
-        ftype = ours.field_types[key]
-        if f.types[0] == gguf.GGUFValueType.ARRAY:
-            assert ftype == "ARRAY[%s]" % f.types[1].name, key
-        else:
-            assert ftype == f.types[0].name, key
-        if isinstance(ref_val, float):
-            assert math.isclose(val, ref_val, rel_tol=1e-6), key
-        elif isinstance(ref_val, list) and ref_val and isinstance(ref_val[0], float):
-            assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(val, ref_val)), key
-        else:
-            assert val == ref_val, key
-    assert [t.name for t in ours.tensors] == [t.name for t in ref.tensors]
-    for t, rt in zip(ours.tensors, ref.tensors):
-        assert list(t.shape) == [int(x) for x in rt.shape], t.name
-        assert t.type_id == int(rt.tensor_type), t.name
-        assert t.type_name == rt.tensor_type.name, t.name
-        assert t.offset == int(rt.data_offset), t.name
-        assert t.nbytes == int(rt.n_bytes), t.name
-        assert t.n_elements == int(rt.n_elements), t.name
-    return ours
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGML_TYPES, GGUFError, ggml_row_bytes, read_gguf
 
 
 def test_type_sizes_match_gguf_package():
@@ -80,7 +46,7 @@ def test_every_ggml_type_sizes_like_gguf_reader(tmp_path):
         blck = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]][0]
         tensors["blk.%d.w" % i] = ([max(blck, 256) * 2, 3], t)
     p = lib.write_gguf(tmp_path / "types.gguf", "llama", {"llama.block_count": len(QUANT_TYPES)}, tensors)
-    ours = _assert_same_as_gguf_reader(p)
+    ours = lib.assert_same_as_gguf_reader(p)
     assert {t.type_name for t in ours.tensors} == set(QUANT_TYPES)
 
 
@@ -95,13 +61,13 @@ def test_differential_hybrid_with_mtp(tmp_path):
     kv["some.flag"] = True
     kv["some.floats"] = [0.25, 0.5]
     p = lib.write_gguf(tmp_path / "q35.gguf", "qwen35", kv, lib.qwen35_tensors())
-    _assert_same_as_gguf_reader(p)
+    lib.assert_same_as_gguf_reader(p)
 
 
 def test_differential_custom_alignment(tmp_path):
     p = lib.write_gguf(tmp_path / "a64.gguf", "llama", {"llama.block_count": 1},
                        {"blk.0.w": ([64, 3], "Q8_0"), "output.weight": ([64, 5], "F16")}, alignment=64)
-    g = _assert_same_as_gguf_reader(p)
+    g = lib.assert_same_as_gguf_reader(p)
     assert g.alignment == 64 and g.data_offset % 64 == 0
 
 

@@ -6,7 +6,6 @@ The trees are written by tests/fixtures/gpu/make_boards.py into a temp dir; the
 lspci -vvv text, nvidia-smi csv and facts JSON are the committed recordings.
 """
 import ast
-import importlib.util
 import json
 import os
 import shutil
@@ -16,23 +15,15 @@ import sys
 import pytest
 import yaml
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
+from ansible_collections.dankfleet.llm.plugins.modules import gpu_facts as gpu_facts_module
+from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'gpu')
 COLLECTIONS = os.path.join(REPO, 'collections')
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
-
-from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf  # noqa: E402
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-boards = _load('make_boards', os.path.join(FIXTURES, 'make_boards.py'))
 
 R9700_VRAM = 34208743424
 MIB = 1024 * 1024
@@ -492,8 +483,7 @@ def test_documentation_matches_argument_spec():
     tree = ast.parse(open(MODULE).read())
     doc = [n.value.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == 'DOCUMENTATION'][0]
     options = yaml.safe_load(doc)['options']
-    module = _load('gpu_facts_module', MODULE)
-    spec = module.ARGUMENT_SPEC
+    spec = gpu_facts_module.ARGUMENT_SPEC
     assert set(options) == set(spec)
     for name, entry in spec.items():
         assert options[name]['type'] == entry['type'], name

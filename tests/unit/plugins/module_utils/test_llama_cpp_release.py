@@ -11,18 +11,15 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collections"))
-sys.path.insert(0, str(REPO / "tests" / "lab"))
+from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
+import synthetic_toolchain
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr  # noqa: E402
-import synthetic_toolchain  # noqa: E402  (tests/lab is not a package)
+REPO = Path(__file__).resolve().parents[4]
 
 DEFAULTS = yaml.safe_load((REPO / "roles/llama_cpp_build/defaults/main.yml").read_text())
 SDIST_SHA = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"

@@ -6,7 +6,6 @@ added; the H200 nvidia-smi per-process figures recorded with every CUDA load of 
 (tests/fixtures/llamacpp/b11434-cuda-h200); the CPU loads of issue 3 for the CPU fold. The module
 runs end to end through Ansible on such a tree; promtool checks the textfile.
 """
-import importlib.util
 import json
 import os
 import shutil
@@ -15,13 +14,11 @@ import sys
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-for _p in (os.path.join(REPO, "benchmarks"), os.path.join(REPO, "plugins", "module_utils")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import fit_accuracy
+from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
 
-import fit_accuracy  # noqa: E402
-import plan_actual as pa  # noqa: E402
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -30,14 +27,6 @@ COLLECTIONS = os.path.join(REPO, "collections")
 PROMTOOL = shutil.which("promtool")
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-boards = _load("make_boards", os.path.join(GPU_FIXTURES, "make_boards.py"))
 B650 = json.load(open(os.path.join(GPU_FIXTURES, "b650.facts.json")))
 
 
@@ -75,7 +64,7 @@ def test_bounds_are_the_planners_own():
     test_fit_plan_runbook.py holds the hip profile to against rocm-smi."""
     assert (pa.BOUNDS["cpu"]["rel"], pa.BOUNDS["cpu"]["abs"]) == (fit_accuracy.TOTAL_REL, fit_accuracy.TOTAL_ABS)
     assert (pa.BOUNDS["cuda"]["rel"], pa.BOUNDS["cuda"]["abs"]) == (fit_accuracy.TOTAL_REL, fit_accuracy.TOTAL_ABS)
-    runbook = open(os.path.join(REPO, "tests", "unit", "test_fit_plan_runbook.py")).read()
+    runbook = open(os.path.join(REPO, "tests", "unit", "plugins", "module_utils", "test_fit_plan_runbook.py")).read()
     assert "abs(got - used) <= 0.8 * GIB" in runbook and pa.BOUNDS["hip"]["abs"] == int(0.8 * GIB)
     assert pa.bound_bytes("cpu", 100 * MIB) == 64 * MIB
     assert pa.bound_bytes("cuda", 20 * GIB) == int(0.01 * 20 * GIB)

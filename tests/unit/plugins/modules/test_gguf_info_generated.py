@@ -2,9 +2,9 @@
 on every model tests/lab/gen_models.py writes (small scale; f16 and q8_0 tensors)."""
 import pytest
 
-import planner_testlib as lib
-from gguf_facts import facts_from_gguf
-from test_gguf_reader import _assert_same_as_gguf_reader
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
 
 gen_models = pytest.importorskip("gen_models")
 
@@ -13,7 +13,7 @@ gen_models = pytest.importorskip("gen_models")
 @pytest.mark.parametrize("kind", gen_models.MODEL_NAMES)
 def test_generated_model(tmp_path, kind, tensor_type):
     entry = gen_models.write_model(kind, tmp_path / ("%s.gguf" % kind), tensor_type=tensor_type)
-    g = _assert_same_as_gguf_reader(entry["path"])
+    g = lib.assert_same_as_gguf_reader(entry["path"])
     f = facts_from_gguf(g)
     assert f["architecture"] == entry["architecture"]
     assert f["architecture_supported"]
@@ -49,12 +49,12 @@ def test_generated_model(tmp_path, kind, tensor_type):
 
 def test_planner_consumes_generated_facts(tmp_path):
     """End to end on generated headers: the planner sizes every target kind without complaint."""
-    from fit_plan import plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
     gpus = [{"name": "RPC0", "vram_total_bytes": 512 * lib.MIB}, {"name": "RPC1", "vram_total_bytes": 512 * lib.MIB}]
     for kind in gen_models.MODEL_NAMES:
         if gen_models.ROLES[kind]["role"] != "target":
             continue
-        facts = facts_from_gguf(__import__("gguf_reader").read_gguf(
+        facts = facts_from_gguf(read_gguf(
             gen_models.write_model(kind, tmp_path / ("%s.gguf" % kind))["path"]))
         serve = {"backend": "cpu", "ctx_size": 4096, "parallel": 2, "tensor_split": "auto"}
         drafter = None
@@ -63,7 +63,7 @@ def test_planner_consumes_generated_facts(tmp_path):
             serve.update(spec_type=["draft-mtp"], spec_draft_n_max=3)
         elif spec == "draft-dflash":
             d = gen_models.write_model("draft-dflash", tmp_path / "draft-dflash.gguf")
-            drafter = facts_from_gguf(__import__("gguf_reader").read_gguf(d["path"]))
+            drafter = facts_from_gguf(read_gguf(d["path"]))
             serve.update(spec_type=["draft-dflash"], spec_draft_n_max=7)
         r = plan(gpus, facts, serve, drafter=drafter)
         assert r["fits"], (kind, r["errors"])

@@ -4,14 +4,12 @@ Every public variable has a spec entry (type, description), every spec entry is 
 default, literal defaults are equal in both files, and the module's spec keys are
 the ones vars/main.yml passes it.
 """
-import sys
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 ROLE = REPO / "roles" / "llama_cpp_build"
-sys.path.insert(0, str(REPO / "collections"))
 
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 OPTIONS = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from serve_roles_helpers import render
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import render
 
 CACHE = os.environ.get('DANKFLEET_CACHE', os.path.expanduser('~/.cache/dankfleet'))
 RELEASE = os.path.join(CACHE, 'llama-b11434-cpu-rpc')

@@ -3,21 +3,16 @@
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from serve_roles_helpers import role_file  # noqa: E402
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import load_role_script, role_file
 
 CHECKER = role_file('llama_server', 'files', 'llama_env_check.py')
-_spec = importlib.util.spec_from_file_location('llama_env_check', CHECKER)
-check_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_mod)
+check_mod = load_role_script('llama_server', 'llama_env_check')
 
 GOOD = """# a comment
 LLAMA_BIN=/opt/llama.cpp/current/bin/llama-server

@@ -4,18 +4,12 @@ planner's arithmetic lands in the comments, and the checker accepts what the rol
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import importlib.util
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from serve_roles_helpers import render, role_file  # noqa: E402
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import load_role_script, render, role_file
 
-_spec = importlib.util.spec_from_file_location('llama_env_check', role_file('llama_server', 'files', 'llama_env_check.py'))
-checker = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(checker)
+checker = load_role_script('llama_server', 'llama_env_check')
 
 PLAN = {
     'fits': True, 'tensor_split': [35, 30], 'ctx_size': 393216, 'ctx_per_slot': 196608, 'gap_bytes': 622770257,
@@ -144,10 +138,6 @@ def test_the_unit_hides_integrated_gpus_and_limits_devices_per_backend():
 
 def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_path):
     """The planner's actual result shape (not a hand-written dict) on generated qwen35+MTP headers."""
-    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
-    for path in (os.path.join(repo, 'tests', 'lab'), os.path.join(repo, 'collections')):
-        if path not in sys.path:
-            sys.path.insert(0, path)
     gen_models = pytest.importorskip('gen_models')
     from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
     from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf

@@ -3,14 +3,11 @@
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import os
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from serve_roles_helpers import render  # noqa: E402
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import render
 
 
 @pytest.fixture(scope='module')
