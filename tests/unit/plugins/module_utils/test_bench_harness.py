@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
@@ -14,8 +13,6 @@ from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report 
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_spec as bs
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_turns as bt
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-COLLECTIONS = os.path.join(REPO, 'collections')
 
 # Two lines of llama-bench b11434 `-o jsonl` (trimmed to the fields the harness reads).
 PP = {"build_commit": "unknown", "build_number": 11434, "backends": "RPC", "devices": "RPC0/RPC1",
@@ -399,23 +396,6 @@ def test_batch_and_turns_reports(tmp_path):
     report = br.write_report('turns', turns, {'host': 'lab', 'build': 'b1'}, str(tmp_path), 'turns', plot=False)
     assert sorted(report['files']) == ['json', 'tsv']
     assert json.load(open(report['files']['json']))['per_turn'][1]['cache_n'] == 20
-
-
-# --- the role's interface --------------------------------------------------------------------
-
-def test_llm_bench_argument_specs_match_defaults():
-    role = os.path.join(REPO, 'roles', 'llm_bench')
-    defaults = yaml.safe_load(open(os.path.join(role, 'defaults', 'main.yml')))
-    specs = yaml.safe_load(open(os.path.join(role, 'meta', 'argument_specs.yml')))['argument_specs']
-    assert set(specs['main']['options']) == set(defaults)
-    for entry, prefix in (('spec', 'llm_bench_spec_'), ('batch', 'llm_bench_batch_'), ('turns', 'llm_bench_turns_')):
-        options = set(specs[entry]['options'])
-        assert options <= set(defaults), entry
-        assert set(k for k in defaults if k.startswith(prefix)) <= options, entry
-    for name, option in specs['main']['options'].items():
-        assert option.get('description'), name
-        if 'default' in option and not (isinstance(defaults[name], str) and '{{' in defaults[name]):
-            assert option['default'] == defaults[name], name
 
 
 def test_endpoint_errors_name_the_endpoint():

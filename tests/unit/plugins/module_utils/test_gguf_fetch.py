@@ -1,14 +1,10 @@
-"""gguf_fetch's pure helpers and the role's defaults/argument_specs agreement (no network)."""
-import os
+"""gguf_fetch's pure helpers (no network); the role's defaults/argument_specs: tests/unit/roles/test_argument_specs.py."""
 import types
 
 import pytest
-import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (
     FetchError, _parse_content_range, redact_url, stamp_matches, validate_declared)
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 SHA = "ab" * 32
 
@@ -63,16 +59,3 @@ def test_stamp_must_match_inode_size_mtime_and_declared_hash():
     assert not stamp_matches(stamp, _st(), 10, "cd" * 32)       # manifest moved on
     assert not stamp_matches(None, _st(), 10, SHA)
     assert not stamp_matches({"size": "x"}, _st(), 10, SHA)
-
-
-def test_role_defaults_and_argument_specs_have_the_same_keys():
-    role = os.path.join(REPO, "roles", "gguf_fetch")
-    with open(os.path.join(role, "defaults", "main.yml")) as f:
-        defaults = yaml.safe_load(f)
-    with open(os.path.join(role, "meta", "argument_specs.yml")) as f:
-        spec = yaml.safe_load(f)["argument_specs"]["main"]["options"]
-    assert set(defaults) == set(spec)
-    for key, opt in spec.items():
-        assert opt.get("description"), key
-        if "default" in opt:
-            assert opt["default"] == defaults[key], key
