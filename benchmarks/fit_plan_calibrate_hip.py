@@ -6,7 +6,7 @@
 Every profile constant enters the per-card total linearly, so the fit is a linear least squares
 over tests/fixtures/runbook_points.py (the laws -- weights, KV, recurrent state, logits rows --
 are not fitted). The fitted values are printed for pasting into PROFILES["hip"]; the unit test
-tests/unit/test_fit_plan_runbook.py asserts the runbook's own +-0.8 GiB on every point.
+tests/unit/plugins/module_utils/test_fit_plan_runbook.py asserts the runbook's own +-0.8 GiB on every point.
 """
 import copy
 import json

@@ -1,6 +1,6 @@
 """The recorded accuracy fixtures still describe the build: re-measure one of them live (slow, ~30 s).
 
-tests/unit/test_fit_accuracy.py checks the planner against llama.cpp's buffers as recorded in
+tests/unit/plugins/module_utils/test_fit_plan_accuracy.py checks the planner against llama.cpp's buffers as recorded in
 tests/fixtures/llamacpp/b11434-cpu/. This test loads one of those configurations again -- the lab
 generator's medium dense llama over two ggml-rpc-server devices on 127.0.0.1, -ts 1,1 -- in the
 built llama-server, and requires the same per-device buffers to the printed precision, and the

@@ -131,3 +131,48 @@ def assert_same_as_gguf_reader(path):
         assert t.nbytes == int(rt.n_bytes), t.name
         assert t.n_elements == int(rt.n_elements), t.name
     return ours
+
+
+# --- the planner against recorded llama.cpp loads (benchmarks/fit_accuracy.py and its fixtures) -------------
+
+def rebuilt_header(header, tmp_path):
+    """A recorded GGUF header written again as a sparse file and read back, with the recording's sha256 checked."""
+    import accuracy_models
+    again = accuracy_models.dump_header(accuracy_models.write_sparse_gguf(header, tmp_path / "m.gguf"))
+    assert again["kv"] == header["kv"]
+    assert again["tensors"] == header["tensors"]
+    assert accuracy_models.header_sha256(again) == accuracy_models.header_sha256(header)
+    return again
+
+
+def parsed_log(fx):
+    """The recorded llama-server log parsed again: it must give the recorded per-device numbers."""
+    import measure_llamacpp_buffers as measure
+    lines = fx["measured"]["raw_lines"]
+    endpoints = measure.endpoints_from_log(lines)
+    parsed = measure.parse_log(lines, endpoints)
+    assert parsed["devices"] == fx["measured"]["devices"]
+    return endpoints, parsed
+
+
+def assert_within_bounds(fx, facts):
+    """The planner within the issue's bound on every device and component of a recorded load; returns the rows."""
+    import fit_accuracy
+    rows = fit_accuracy.compare(fx, facts)
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, "\n".join(
+        "%s %s: predicted %.2f MiB, measured %.2f MiB, error %+.2f MiB, bound %.2f MiB"
+        % (r["device"], r["component"], r["predicted"] / MIB, r["measured"] / MIB, r["error"] / MIB,
+           (r["bound"] or 0) / MIB) for r in bad)
+    return rows
+
+
+def assert_within_nvidia_smi(fx, facts):
+    """Per process (CUDA0 = llama-server, RPC0 = the rpc-server): the planner's total with its runtime overhead
+    within the total bound of what nvidia-smi showed after the first request."""
+    import fit_accuracy
+    rows = fit_accuracy.smi_rows(fx, facts)
+    assert len(rows) == (2 if fx["config"]["devices"] == "cuda+rpc" else 1)
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, ["%s: predicted %.1f MiB, nvidia-smi %.1f MiB"
+                     % (r["device"], r["predicted"] / MIB, r["smi_request_bytes"] / MIB) for r in bad]

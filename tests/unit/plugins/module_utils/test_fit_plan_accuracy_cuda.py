@@ -16,9 +16,9 @@ import re
 
 import pytest
 
-import accuracy_models
 import fit_accuracy
 from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 import measure_llamacpp_buffers as measure
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
@@ -86,34 +86,21 @@ def test_buffers_are_gib_scale():
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_sparse_rebuild_is_the_recorded_header(tmp_path, name):
-    rec = MODELS[name]
-    path = accuracy_models.write_sparse_gguf(rec["header"], tmp_path / "m.gguf")
-    again = accuracy_models.dump_header(path)
-    assert again["kv"] == rec["header"]["kv"]
-    assert again["tensors"] == rec["header"]["tensors"]
-    assert accuracy_models.header_sha256(again) == accuracy_models.header_sha256(rec["header"])
+    lib.rebuilt_header(MODELS[name]["header"], tmp_path)
 
 
 @pytest.mark.parametrize("fid", sorted(BY_ID))
 def test_recorded_log_parses_to_the_recorded_measurement(fid):
     """CUDA0 and CUDA_Host buffers and the RPC device behind the endpoint parse back to the recorded numbers."""
     fx = BY_ID[fid]
-    lines = fx["measured"]["raw_lines"]
-    endpoints = measure.endpoints_from_log(lines)
+    endpoints, parsed = lib.parsed_log(fx)
     assert len(endpoints) == (1 if fx["config"]["devices"] == "cuda+rpc" else 0)
-    parsed = measure.parse_log(lines, endpoints)
-    assert parsed["devices"] == fx["measured"]["devices"]
     assert "CUDA0" in parsed["devices"] and "CUDA0" in parsed["breakdown_mib"]
 
 
 @pytest.mark.parametrize("fid", sorted(BY_ID))
 def test_planner_within_the_issue_bounds(fid, facts):
-    rows = fit_accuracy.compare(BY_ID[fid], facts)
-    bad = [r for r in rows if not r["ok"]]
-    assert not bad, "\n".join(
-        "%s %s: predicted %.2f MiB, measured %.2f MiB, error %+.2f MiB, bound %.2f MiB"
-        % (r["device"], r["component"], r["predicted"] / MIB, r["measured"] / MIB, r["error"] / MIB,
-           (r["bound"] or 0) / MIB) for r in bad)
+    rows = lib.assert_within_bounds(BY_ID[fid], facts)
     devices = set(r["device"] for r in rows)
     assert {"host", "CUDA0"} <= devices
     assert ("RPC0" in devices) == (BY_ID[fid]["config"]["devices"] == "cuda+rpc")
@@ -123,11 +110,7 @@ def test_planner_within_the_issue_bounds(fid, facts):
 def test_planner_with_overhead_against_nvidia_smi(fid, facts):
     """Per process (CUDA0 = llama-server, RPC0 = the rpc-server), the planner's total including its runtime
     overhead is within the total bound of what nvidia-smi shows after the first request."""
-    rows = fit_accuracy.smi_rows(BY_ID[fid], facts)
-    assert len(rows) == (2 if BY_ID[fid]["config"]["devices"] == "cuda+rpc" else 1)
-    bad = [r for r in rows if not r["ok"]]
-    assert not bad, ["%s: predicted %.1f MiB, nvidia-smi %.1f MiB"
-                     % (r["device"], r["predicted"] / MIB, r["smi_request_bytes"] / MIB) for r in bad]
+    lib.assert_within_nvidia_smi(BY_ID[fid], facts)
 
 
 def test_the_cuda_context_nvidia_smi_sees_beyond_the_buffers(facts):

@@ -17,6 +17,7 @@ import pytest
 import accuracy_models
 import fit_accuracy
 from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 import measure_llamacpp_buffers as measure
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
@@ -74,27 +75,18 @@ def test_the_27b_is_the_runbook_shape():
 
 @pytest.mark.parametrize("fid", sorted(BY_ID))
 def test_recorded_log_parses_to_the_recorded_measurement(fid):
-    fx = BY_ID[fid]
-    lines = fx["measured"]["raw_lines"]
-    parsed = measure.parse_log(lines, measure.endpoints_from_log(lines))
-    assert parsed["devices"] == fx["measured"]["devices"]
+    lib.parsed_log(BY_ID[fid])
 
 
 @pytest.mark.parametrize("fid", sorted(BY_ID))
 def test_planner_within_the_issue_bounds(fid, facts):
-    bad = [r for r in fit_accuracy.compare(BY_ID[fid], facts) if not r["ok"]]
-    assert not bad, ["%s %s: predicted %.2f MiB, measured %.2f MiB" % (
-        r["device"], r["component"], r["predicted"] / MIB, r["measured"] / MIB) for r in bad]
+    lib.assert_within_bounds(BY_ID[fid], facts)
 
 
 @pytest.mark.parametrize("fid", sorted(BY_ID))
 def test_planner_with_overhead_against_nvidia_smi(fid, facts):
     """Per process: within max(1 %, 64 MiB) of nvidia-smi after the first request, never 64 MiB under."""
-    rows = fit_accuracy.smi_rows(BY_ID[fid], facts)
-    assert len(rows) == (2 if BY_ID[fid]["config"]["devices"] == "cuda+rpc" else 1)
-    bad = [r for r in rows if not r["ok"]]
-    assert not bad, ["%s: predicted %.1f MiB, nvidia-smi %.1f MiB"
-                     % (r["device"], r["predicted"] / MIB, r["smi_request_bytes"] / MIB) for r in bad]
+    lib.assert_within_nvidia_smi(BY_ID[fid], facts)
 
 
 def test_ctx_size_max_is_the_floor_and_the_floor_held(facts):
