@@ -77,10 +77,10 @@ GPU = "CUDA0"           # the local GPU of the cuda modes (llama.cpp's device na
 # processes
 # ---------------------------------------------------------------------------
 
-def free_ports(n, avoid=()):
-    """n free TCP ports on 127.0.0.1 from the accuracy range."""
+def free_ports(n, avoid=(), ports=PORTS):
+    """n free TCP ports on 127.0.0.1, tried in the order of ``ports`` (default: the accuracy range)."""
     got = []
-    for p in PORTS:
+    for p in ports:
         if p in avoid:
             continue
         with socket.socket() as s:
@@ -91,7 +91,7 @@ def free_ports(n, avoid=()):
         got.append(p)
         if len(got) == n:
             return got
-    raise RuntimeError(f"no {n} free ports in {PORTS.start}-{PORTS.stop - 1}: stop stale accuracy runs")
+    raise RuntimeError(f"no {n} free ports in {min(ports)}-{max(ports)}: stop stale runs there")
 
 
 def wait_port(port, proc, timeout):

@@ -52,6 +52,19 @@ def chat(host, port):
     return json.loads(out.stdout)
 
 
+def retire_playbook(path, name, runtime, port, trash_dir=None):
+    """Write at `path` a one-play playbook named `name` that retires frank-medium.service with
+    dankfleet.llm.runtime_retire as the runtime `runtime` holding `port` (into `trash_dir` when given):
+    the state a rollback starts from. Returns `path`."""
+    retire = {"runtime_retire_runtimes": [{"name": runtime, "units": [{"name": "frank-medium.service"}],
+                                           "ports": [int(port)]}]}
+    if trash_dir:
+        retire["runtime_retire_trash_dir"] = trash_dir
+    path.write_text(json.dumps([{"name": name, "hosts": "llm_endpoints", "gather_facts": False,
+                                 "roles": [{"role": "dankfleet.llm.runtime_retire", "vars": retire}]}]))
+    return path
+
+
 def models(host, port):
     """What /v1/models answers, parsed."""
     return json.loads(host.run("curl -sf http://127.0.0.1:%s/v1/models", port).stdout)

@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from measure_llamacpp_buffers import free_ports
+
 BENCH_PORTS = range(18500, 18600)  # benchmarks' range (docs/DEVELOPING.md)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # f32 weights, f32 KV, no flash attention: the lab's random-weight models have top-2 logit gaps of
@@ -23,16 +25,7 @@ def bench_port(exclude=()) -> int:
     # between this probe and the server's bind another worker would see the same port free.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     offset = (int(worker[2:]) if worker[2:].isdigit() else 0) * 25 % len(BENCH_PORTS)
-    for port in list(BENCH_PORTS[offset:]) + list(BENCH_PORTS[:offset]):
-        if port in exclude:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port in 18500-18599")
+    return free_ports(1, avoid=exclude, ports=list(BENCH_PORTS[offset:]) + list(BENCH_PORTS[:offset]))[0]
 
 
 @contextlib.contextmanager

@@ -66,13 +66,8 @@ def test_rollback_refuses_without_a_layer_split_shape(host):
 
 def test_rollback_from_a_retired_state(host, tmp_path):
     # Deliberately retire the endpoint and put an impostor on its port.
-    retire = tmp_path / "retire.yml"
-    retire.write_text(json.dumps([{
-        "name": "Retire frank-medium on purpose", "hosts": "llm_endpoints", "gather_facts": False,
-        "roles": [{"role": "dankfleet.llm.runtime_retire",
-                   "vars": {"runtime_retire_runtimes": [{"name": "frank-medium-on-purpose",
-                                                         "units": [{"name": "frank-medium.service"}],
-                                                         "ports": [int(PORT)]}]}}]}]))
+    retire = checks.retire_playbook(tmp_path / "retire.yml", "Retire frank-medium on purpose",
+                                    "frank-medium-on-purpose", PORT)
     run = playbook(str(retire))
     assert run.returncode == 0, run.stdout[-4000:]
     assert not host.file("/etc/systemd/system/frank-medium.service").exists

@@ -156,14 +156,8 @@ def test_rollback_refuses_a_shape_that_is_not_a_layer_split(host):
 def test_rollback_from_radiance_like_units(host, tmp_path):
     # Today's dankserver: the layer split was replaced by radiance TP=2. Here: frank-medium retired into
     # the trash, then radiance-like units put back on :7770 with the README's restore command as written.
-    retire = tmp_path / "retire.yml"
-    retire.write_text(json.dumps([{
-        "name": "Replace frank-medium by radiance TP=2", "hosts": "llm_endpoints", "gather_facts": False,
-        "roles": [{"role": "dankfleet.llm.runtime_retire",
-                   "vars": {"runtime_retire_trash_dir": "/home/dank/.AGENTTRASH",
-                            "runtime_retire_runtimes": [{"name": "frank-medium-layer-split",
-                                                         "units": [{"name": "frank-medium.service"}],
-                                                         "ports": [int(PORT)]}]}}]}]))
+    retire = checks.retire_playbook(tmp_path / "retire.yml", "Replace frank-medium by radiance TP=2",
+                                    "frank-medium-layer-split", PORT, trash_dir="/home/dank/.AGENTTRASH")
     run = playbook("-i", inventory(), str(retire))
     assert run.returncode == 0, run.stdout[-4000:]
     assert not host.file("/etc/systemd/system/frank-medium.service").exists
