@@ -5,7 +5,8 @@ Discovered, not listed: each directory under roles/ is a role, each entry of its
 point, and every `include_role`/`import_role` with `tasks_from` anywhere in the repo (playbooks, roles,
 molecule, the lab) names an entry point, so a new role or a new `tasks_from` is checked the day it lands.
 
-- main's options are the role's defaults, both ways (an option marked required may have none);
+- main's options are the role's defaults, both ways (an option marked required may have none); a role
+  without tasks/main.yml (internal, tasks_from only) has every default in some entry point;
 - every option of every entry point has a type and a description, a list its elements, the role's
   prefix, and is a default of the role (or required); the entry point covers the defaults named for it
   (<role>_<entry>_*);
@@ -107,16 +108,23 @@ def test_roles_are_discovered():
 
 
 @pytest.mark.parametrize('role', ROLES)
-def test_the_role_has_a_main_entry_point(role):
-    assert 'main' in specs(role), 'roles/%s/meta/argument_specs.yml has no argument_specs.main' % role
+def test_the_role_has_a_spec_for_its_entry_points(role):
+    if os.path.isfile(os.path.join(ROLES_DIR, role, 'tasks', 'main.yml')):
+        assert 'main' in specs(role), 'roles/%s/meta/argument_specs.yml has no argument_specs.main' % role
+    else:  # an internal role used only through tasks_from
+        assert specs(role), 'roles/%s has no meta/argument_specs.yml entry point' % role
 
 
 @pytest.mark.parametrize('role', ROLES)
 def test_defaults_and_main_spec_have_the_same_keys(role):
-    declared = options(role, 'main') if 'main' in specs(role) else {}
+    if 'main' in specs(role):
+        declared = options(role, 'main')
+    else:  # no main: every default is an option of some entry point
+        declared = dict((name, option) for entry in specs(role) for name, option in options(role, entry).items())
     required = set(name for name, option in declared.items() if option.get('required'))
-    assert sorted(set(defaults(role)) - set(declared)) == [], 'defaults without a spec in main'
-    assert sorted(set(declared) - set(defaults(role)) - required) == [], 'specs in main without a default'
+    assert sorted(set(defaults(role)) - set(declared)) == [], 'defaults without a spec'
+    if 'main' in specs(role):
+        assert sorted(set(declared) - set(defaults(role)) - required) == [], 'specs in main without a default'
 
 
 @pytest.mark.parametrize('role', ROLES)
