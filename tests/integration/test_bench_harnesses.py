@@ -84,7 +84,7 @@ def test_turn_latency_harness(lab_models, llama_server, tmp_path):
         rows = bt.run_turns(be.Endpoint(srv.base_url), config)
         # the same harness from a shell, the runbook's `bench-turn-latency.py URL 2 2 LABEL` shape
         assert bench_turn_latency.main([srv.base_url, "2", "1", "CLI", "--document-words", "40", "--growth-words", "10",
-                            "--n-predict", "4", "--out", str(tmp_path / "cli")]) == 0
+                                        "--n-predict", "4", "--out", str(tmp_path / "cli")]) == 0
     assert len(list((tmp_path / "cli").glob("*-turns-CLI.png"))) == 1
     assert [(r["family"], r["turn"], r["status"]) for r in rows] == [(f, t, "ok") for f in (0, 1) for t in (1, 2, 3)]
     for family in (0, 1):

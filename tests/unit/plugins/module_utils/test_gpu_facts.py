@@ -23,8 +23,6 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..',
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'gpu')
 COLLECTIONS = os.path.join(REPO, 'collections')
 
-
-
 R9700_VRAM = 34208743424
 MIB = 1024 * 1024
 
