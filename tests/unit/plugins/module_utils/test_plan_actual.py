@@ -17,6 +17,7 @@ import pytest
 import fit_accuracy
 from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
@@ -407,11 +408,8 @@ def test_module_warns_on_a_miss_and_fails_only_on_bad_input(tmp_path):
 
 
 def test_ansible_doc_renders():
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS)
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "dankfleet.llm.plan_actual"],
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "state_dir" in proc.stdout and "underestimated" in proc.stdout
+    text = ansible_doc("dankfleet.llm.plan_actual")
+    assert "state_dir" in text and "underestimated" in text
 
 
 # --------------------------------------------------------------------------- fit_accuracy --records
