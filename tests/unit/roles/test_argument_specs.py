@@ -31,7 +31,7 @@ COLLECTION = 'dankfleet.llm.'
 
 
 class _AnyTagLoader(getattr(yaml, 'CSafeLoader', yaml.SafeLoader)):
-    """Safe loading that reads a tagged value (!unsafe, !vault ...) as its plain node."""
+    """Safe loading that reads a tagged value (!unsafe, !vault ...) as None: no check here needs one."""
 
 
 _AnyTagLoader.add_multi_constructor('!', lambda loader, suffix, node: None)
@@ -85,7 +85,8 @@ def tasks_from_uses():
                 continue
             path = os.path.join(top, name)
             try:
-                docs = list(yaml.load_all(open(path), Loader=_AnyTagLoader))
+                with open(path) as handle:
+                    docs = list(yaml.load_all(handle, Loader=_AnyTagLoader))
             except yaml.YAMLError:
                 continue  # not YAML Ansible reads (a Jinja-templated file); yamllint has its own say
             for node in _walk(docs):
