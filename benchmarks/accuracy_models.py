@@ -18,12 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
+
+import import_paths  # noqa: F401 - run as a script: tests/lab (gen_models) on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,8 +63,7 @@ BIG_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.
 
 
 def gen_models():
-    sys.path.insert(0, str(REPO / "tests" / "lab"))
-    import gen_models as g  # noqa: E402 (tests/lab is not a package)
+    import gen_models as g
     return g
 
 

@@ -44,6 +44,8 @@ import threading
 import time
 from pathlib import Path
 
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "fixtures" / "bad_inputs"
 MODELS = Path(os.environ.get("DANKFLEET_CACHE", Path.home() / ".cache" / "dankfleet")) / "models"
@@ -295,8 +297,7 @@ def _trash_cases(tmp):
 
 
 def _plan_cases(tmp):
-    sys.path.insert(0, str(REPO / "tests" / "unit"))
-    import planner_testlib as lib
+    from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
     model = lib.fixture("frank_medium")
     gpus = lib.r9700s()
     serve = {"backend": "hip", "ctx_size": 65536, "parallel": 2, "tensor_split": [31, 33]}

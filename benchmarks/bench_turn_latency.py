@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "collections"))
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_report import write_report
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_turns import run_turns
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_report import write_report  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_turns import run_turns  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None) -> int:

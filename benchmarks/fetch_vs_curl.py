@@ -29,10 +29,10 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "collections"))
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import fetch, human
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import fetch, human  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SERVER = os.path.join(REPO, "tests", "lab", "range_http_server.py")
 

@@ -45,14 +45,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+import accuracy_models
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
-
-import accuracy_models  # noqa: E402
-import fit_plan  # noqa: E402
-from gguf_facts import gguf_facts  # noqa: E402
 
 MIB = 1024 * 1024
 FIXTURES = REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cpu"

@@ -6,20 +6,19 @@
 Every profile constant enters the per-card total linearly, so the fit is a linear least squares
 over tests/fixtures/runbook_points.py (the laws -- weights, KV, recurrent state, logits rows --
 are not fitted). The fitted values are printed for pasting into PROFILES["hip"]; the unit test
-tests/unit/test_fit_plan_runbook.py asserts the runbook's own +-0.8 GiB on every point.
+tests/unit/plugins/module_utils/test_fit_plan_runbook.py asserts the runbook's own +-0.8 GiB on every point.
 """
 import copy
 import json
 import os
 import sys
 
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.tests.fixtures.runbook_points import POINTS, R9700_VRAM
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
-
-import fit_plan  # noqa: E402
-from runbook_points import POINTS, R9700_VRAM  # noqa: E402
 
 GIB = 1024 ** 3
 KEYS = ["device_overhead_bytes", "compute_base_bytes", "act_embd_bytes", "act_ff_bytes", "mask_bytes_per_cell",

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -53,10 +52,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import accuracy_models
 
-import accuracy_models  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 MIB = 1024 * 1024
 CACHE = Path(os.environ.get("DANKFLEET_CACHE", Path.home() / ".cache" / "dankfleet"))
@@ -79,10 +77,10 @@ GPU = "CUDA0"           # the local GPU of the cuda modes (llama.cpp's device na
 # processes
 # ---------------------------------------------------------------------------
 
-def free_ports(n, avoid=()):
-    """n free TCP ports on 127.0.0.1 from the accuracy range."""
+def free_ports(n, avoid=(), ports=PORTS):
+    """n free TCP ports on 127.0.0.1, tried in the order of ``ports`` (default: the accuracy range)."""
     got = []
-    for p in PORTS:
+    for p in ports:
         if p in avoid:
             continue
         with socket.socket() as s:
@@ -93,7 +91,7 @@ def free_ports(n, avoid=()):
         got.append(p)
         if len(got) == n:
             return got
-    raise RuntimeError(f"no {n} free ports in {PORTS.start}-{PORTS.stop - 1}: stop stale accuracy runs")
+    raise RuntimeError(f"no {n} free ports in {min(ports)}-{max(ports)}: stop stale runs there")
 
 
 def wait_port(port, proc, timeout):

@@ -16,12 +16,11 @@ Exits 1 when a cell takes ``--target`` seconds or more (default 1.0: issue 17's 
 from __future__ import print_function
 
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins", "module_utils"))
-import fit_plan  # noqa: E402  pylint: disable=wrong-import-position
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -23,9 +23,9 @@ import threading
 import time
 from pathlib import Path
 
+import measure_llamacpp_buffers as m
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import measure_llamacpp_buffers as m  # noqa: E402
 
 MIB = 1024 * 1024
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -35,10 +34,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from measure_llamacpp_buffers import post_json, prompt_tokens, stop_server, wait_health
 
-from measure_llamacpp_buffers import post_json, prompt_tokens, stop_server, wait_health  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def read_env(path):

@@ -28,17 +28,15 @@ import sys
 import time
 from pathlib import Path
 
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+from measure_llamacpp_buffers import nvidia_smi, stop_server
+from served_vs_bench import read_env
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_spec import (
+    build_prompts, compare_greedy, run_configuration)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "collections"))
-
-from measure_llamacpp_buffers import nvidia_smi, stop_server  # noqa: E402
-from served_vs_bench import read_env  # noqa: E402
-
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_spec import (  # noqa: E402
-    build_prompts, compare_greedy, run_configuration)
 
 MIB = 1024 * 1024
 SIZES = {"prose_words": 300, "prose_n_predict": 192, "echo_words": 300, "echo_n_predict": 192,

@@ -52,13 +52,13 @@ KINDS = ("weights", "kv", "recurrent", "compute", "draft", "mmproj", "output", "
 # The planner's own bounds on a device total, per backend profile, as its accuracy tests hold them.
 BOUNDS = {
     "cpu": {"rel": 0.01, "abs": 64 * MIB,
-            "source": "benchmarks/fit_accuracy.py total bound (tests/unit/test_fit_accuracy.py): "
+            "source": "benchmarks/fit_accuracy.py total bound (tests/unit/plugins/module_utils/test_fit_plan_accuracy.py): "
                       "max(1 % of measured, 64 MiB)"},
     "cuda": {"rel": 0.01, "abs": 64 * MIB,
-             "source": "benchmarks/fit_accuracy.py --set cuda-h200 --smi (tests/unit/test_fit_accuracy_cuda.py): "
+             "source": "benchmarks/fit_accuracy.py --set cuda-h200 --smi (tests/unit/plugins/module_utils/test_fit_plan_accuracy_cuda.py): "
                        "planner + overhead against nvidia-smi per process, max(1 % of measured, 64 MiB)"},
     "hip": {"rel": 0.0, "abs": int(0.8 * GIB),
-            "source": "tests/unit/test_fit_plan_runbook.py: the hip profile against the runbook's rocm-smi "
+            "source": "tests/unit/plugins/module_utils/test_fit_plan_runbook.py: the hip profile against the runbook's rocm-smi "
                       "figures, within 0.8 GiB"},
 }
 NVIDIA_SMI_APPS_ARGS = ["--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]

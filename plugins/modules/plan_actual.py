@@ -124,7 +124,7 @@ attributes:
     support: none
 notes:
   - The bound is the planner's own - cpu and cuda C(max(1 % of the measured total, 64 MiB)) (benchmarks/fit_accuracy.py),
-    hip 0.8 GiB against the card's used VRAM (tests/unit/test_fit_plan_runbook.py).
+    hip 0.8 GiB against the card's used VRAM (tests/unit/plugins/module_utils/test_fit_plan_runbook.py).
   - C(benchmarks/fit_accuracy.py --records DIR) folds records collected from hosts into its accuracy report.
 '''
 

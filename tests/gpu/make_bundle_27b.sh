@@ -30,9 +30,8 @@ cp "$SDIST" "$DEST/"
 cp tests/gpu/go.sh "$DEST/go.sh"
 
 HDR=$TMP/qwen35_27b.gguf
-"$VENV/bin/python" - "$HDR" <<'EOF'
+PYTHONPATH=benchmarks "$VENV/bin/python" - "$HDR" <<'EOF'
 import sys
-sys.path.insert(0, "benchmarks")
 import accuracy_models as am
 kind, scale, over = am.shape_of("qwen35_27b")
 g = am.gen_models()

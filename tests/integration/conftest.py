@@ -21,7 +21,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,10 +29,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "lab"))
+import gen_models
 
-import gen_models  # noqa: E402  (tests/lab is not a package)
+REPO = Path(__file__).resolve().parents[2]
 
 BUILD_NAME = "llama-b11434-cpu-rpc"
 PORT_RANGE = range(18000, 18100)  # integration tests' range (docs/DEVELOPING.md)

@@ -5,92 +5,30 @@ proves the separator conversion (two ggml-rpc-server processes are the two "card
 """
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
-import os
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "collections"))
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report as br
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_spec as bs
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_turns as bt
+from ansible_collections.dankfleet.llm.tests.integration.bench_servers import EXACT_ARGS, PNG_MAGIC, rpc_servers
+import bench_turn_latency
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report as br  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_spec as bs  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_turns as bt  # noqa: E402
-
-BENCH_PORTS = range(18500, 18600)  # benchmarks' range (docs/DEVELOPING.md)
 SIZES = {"prose_words": 60, "prose_n_predict": 32, "echo_words": 60, "echo_n_predict": 32,
          "structured_records": 5, "structured_n_predict": 32}
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# f32 weights, f32 KV, no flash attention: the lab's random-weight models have top-2 logit gaps of
-# ~1e-4, and b11434's CPU flash-attention path rounds through f16 differently for a batch of drafted
-# tokens than for one token - enough to flip such a near-tie (measured: echo token 11 at -t 2).
-# In f32 throughout, a greedy-text mismatch in the lab means a real divergence.
-EXACT_ARGS = ("-ctk", "f32", "-ctv", "f32", "-fa", "off")
 
 
 @pytest.fixture(scope="module")
 def exact_target(tmp_path_factory):
     """dense-llama with f32 tensors (same seed, same architecture as the lab's f16 file)."""
-    import gen_models  # tests/lab, on sys.path through conftest
+    import gen_models
     return gen_models.write_model("dense-llama", tmp_path_factory.mktemp("bench-models") / "dense-llama-f32.gguf",
                                   tensor_type="f32")["path"]
-
-
-def bench_port(exclude=()) -> int:
-    # Under pytest-xdist each worker scans from its own offset (gw0 18500, gw1 18525, ...):
-    # between this probe and the server's bind another worker would see the same port free.
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    offset = (int(worker[2:]) if worker[2:].isdigit() else 0) * 25 % len(BENCH_PORTS)
-    for port in list(BENCH_PORTS[offset:]) + list(BENCH_PORTS[:offset]):
-        if port in exclude:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port in 18500-18599")
-
-
-@contextlib.contextmanager
-def rpc_servers(prefix: Path, log_dir: Path, count: int = 2):
-    """`count` ggml-rpc-server processes on 127.0.0.1 (1 thread each); yields their host:port list."""
-    procs, endpoints = [], []
-    try:
-        for i in range(count):
-            port = bench_port(exclude={int(e.rsplit(":", 1)[1]) for e in endpoints})
-            log = open(log_dir / f"rpc-{i}.log", "wb")
-            procs.append(subprocess.Popen([str(prefix / "bin" / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port),
-                                           "-t", "1"], stdout=log, stderr=subprocess.STDOUT))
-            endpoints.append(f"127.0.0.1:{port}")
-        for endpoint in endpoints:
-            host, port = endpoint.rsplit(":", 1)
-            deadline = time.monotonic() + 20
-            while True:
-                with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=1):
-                    break
-                assert time.monotonic() < deadline, f"ggml-rpc-server on {endpoint} did not listen"
-                time.sleep(0.1)
-        yield endpoints
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def assert_files(files: dict, kinds=("tsv", "json", "png")):
@@ -145,11 +83,8 @@ def test_turn_latency_harness(lab_models, llama_server, tmp_path):
     with llama_server(lab_models["dense-llama"]["path"], "-np", "2", ctx_size=8192) as srv:
         rows = bt.run_turns(be.Endpoint(srv.base_url), config)
         # the same harness from a shell, the runbook's `bench-turn-latency.py URL 2 2 LABEL` shape
-        cli = importlib.util.spec_from_file_location("bench_turn_latency", REPO / "benchmarks" / "bench_turn_latency.py")
-        module = importlib.util.module_from_spec(cli)
-        cli.loader.exec_module(module)
-        assert module.main([srv.base_url, "2", "1", "CLI", "--document-words", "40", "--growth-words", "10",
-                            "--n-predict", "4", "--out", str(tmp_path / "cli")]) == 0
+        assert bench_turn_latency.main([srv.base_url, "2", "1", "CLI", "--document-words", "40", "--growth-words", "10",
+                                        "--n-predict", "4", "--out", str(tmp_path / "cli")]) == 0
     assert len(list((tmp_path / "cli").glob("*-turns-CLI.png"))) == 1
     assert [(r["family"], r["turn"], r["status"]) for r in rows] == [(f, t, "ok") for f in (0, 1) for t in (1, 2, 3)]
     for family in (0, 1):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_bench_harnesses import EXACT_ARGS, PNG_MAGIC, bench_port, rpc_servers
+from ansible_collections.dankfleet.llm.tests.integration.bench_servers import EXACT_ARGS, PNG_MAGIC, bench_port, rpc_servers
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -88,7 +88,7 @@ def lab(tmp_path_factory, llama_prefix, lab_models):
     env = _podman_env()
     if subprocess.run(["podman", "image", "exists", IMAGE], env=env).returncode != 0:
         pytest.fail(f"lab image {IMAGE} is missing: run `make lab-image` (tests/lab/build-image.sh)", pytrace=False)
-    import gen_models  # tests/lab, on sys.path through conftest
+    import gen_models
     work = tmp_path_factory.mktemp("bench-lab")
     models = work / "models"
     gen_models.write_model("dense-llama", models / "dense-llama-f32.gguf", tensor_type="f32")

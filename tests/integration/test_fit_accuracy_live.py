@@ -1,6 +1,6 @@
 """The recorded accuracy fixtures still describe the build: re-measure one of them live (slow, ~30 s).
 
-tests/unit/test_fit_accuracy.py checks the planner against llama.cpp's buffers as recorded in
+tests/unit/plugins/module_utils/test_fit_plan_accuracy.py checks the planner against llama.cpp's buffers as recorded in
 tests/fixtures/llamacpp/b11434-cpu/. This test loads one of those configurations again -- the lab
 generator's medium dense llama over two ggml-rpc-server devices on 127.0.0.1, -ts 1,1 -- in the
 built llama-server, and requires the same per-device buffers to the printed precision, and the
@@ -9,19 +9,15 @@ naming the command that re-records the fixtures.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-for _p in (REPO / "benchmarks", REPO / "plugins" / "module_utils"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+import accuracy_models
+import fit_accuracy
+import measure_llamacpp_buffers as measure
 
-import accuracy_models  # noqa: E402
-import fit_accuracy  # noqa: E402
-import measure_llamacpp_buffers as measure  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 FIXTURE_ID = "dense-c8192-np1-ub512-f16-ts11"
 PRINTED = 0.01 * 1024 * 1024      # llama.cpp prints buffer sizes in MiB with two decimals

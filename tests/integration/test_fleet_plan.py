@@ -25,9 +25,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
-
-import gpu_facts as gf  # noqa: E402  (plain Python; the module's own parser)
+from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from test_gguf_fetch import CHUNK, SIZE, listing, run, served, url  # noqa: F401 - served is a fixture
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (  # noqa: E402
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (
     ATTEMPTS_PER_TRY, PART_SUFFIX, FetchError, fetch)
+from ansible_collections.dankfleet.llm.tests.integration.fetch_server import (  # noqa: F401 - served is a fixture
+    SIZE, listing, run, served, url)
 
 
 def _fails(served, dest, fault, **kw):

@@ -14,10 +14,9 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "lab"))
+import range_http_server
 
-import range_http_server  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SHA = "0" * 64
 DATA = b"GGUF" + bytes(range(256)) * 64

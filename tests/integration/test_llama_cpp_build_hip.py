@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,10 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "lab"))
+import synthetic_toolchain
 
-import synthetic_toolchain  # noqa: E402  (tests/lab is not a package)
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not shutil.which("cc") or not shutil.which("readelf"),
                                 reason="needs a C compiler and binutils")

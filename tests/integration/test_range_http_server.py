@@ -13,11 +13,10 @@ import time
 
 import pytest
 
+import range_http_server
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVER = os.path.join(REPO, "tests", "lab", "range_http_server.py")
-sys.path.insert(0, os.path.dirname(SERVER))
-
-import range_http_server  # noqa: E402
 
 DATA = random.Random(7).randbytes(300_000)
 

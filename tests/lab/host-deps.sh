@@ -15,7 +15,7 @@ PACKAGES=(
   ccache build-essential cmake ninja-build git curl ca-certificates
   # what the tests call on the host: ss/ip, ps, readelf, shellcheck (sanity), promtool
   iproute2 procps binutils shellcheck prometheus
-  # nft -c checks the rpc worker allowlist (tests/unit/roles/test_llama_rpc_worker.py)
+  # nft -c checks the rpc worker allowlist (tests/unit/roles/llama_rpc_worker/test_templates.py)
   nftables
 )
 

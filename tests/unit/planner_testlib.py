@@ -1,16 +1,14 @@
 """Shared helpers for the planner's unit tests (gguf_reader, gguf_facts, gguf_info, fit_plan)."""
 import json
+import math
 import os
-import sys
 
 import numpy as np
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
-for _p in (os.path.join(ROOT, "collections"), os.path.join(ROOT, "plugins", "module_utils"), FIXTURES,
-           os.path.join(ROOT, "tests", "lab")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -99,3 +97,82 @@ def qwen35_tensors(n_layer_all=9, n_embd=64, ttype="Q8_0"):
         t["blk.%d.ffn_up.weight" % il] = ([n_embd, 128], ttype)
         t["blk.%d.ffn_down.weight" % il] = ([128, n_embd], ttype)
     return t
+
+
+def assert_same_as_gguf_reader(path):
+    """Field by field: our parse of path against gguf.GGUFReader's; returns ours."""
+    import gguf
+    ours = read_gguf(path)
+    ref = gguf.GGUFReader(path)
+    assert ours.alignment == ref.alignment
+    assert ours.data_offset == ref.data_offset
+    ref_fields = dict((k, f) for k, f in ref.fields.items() if not k.startswith("GGUF."))
+    assert sorted(ours.fields) == sorted(ref_fields)
+    for key, f in ref_fields.items():
+        ref_val = f.contents()
+        val = ours.fields[key]
+        ftype = ours.field_types[key]
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            assert ftype == "ARRAY[%s]" % f.types[1].name, key
+        else:
+            assert ftype == f.types[0].name, key
+        if isinstance(ref_val, float):
+            assert math.isclose(val, ref_val, rel_tol=1e-6), key
+        elif isinstance(ref_val, list) and ref_val and isinstance(ref_val[0], float):
+            assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(val, ref_val)), key
+        else:
+            assert val == ref_val, key
+    assert [t.name for t in ours.tensors] == [t.name for t in ref.tensors]
+    for t, rt in zip(ours.tensors, ref.tensors):
+        assert list(t.shape) == [int(x) for x in rt.shape], t.name
+        assert t.type_id == int(rt.tensor_type), t.name
+        assert t.type_name == rt.tensor_type.name, t.name
+        assert t.offset == int(rt.data_offset), t.name
+        assert t.nbytes == int(rt.n_bytes), t.name
+        assert t.n_elements == int(rt.n_elements), t.name
+    return ours
+
+
+# --- the planner against recorded llama.cpp loads (benchmarks/fit_accuracy.py and its fixtures) -------------
+
+def rebuilt_header(header, tmp_path):
+    """A recorded GGUF header written again as a sparse file and read back, with the recording's sha256 checked."""
+    import accuracy_models
+    again = accuracy_models.dump_header(accuracy_models.write_sparse_gguf(header, tmp_path / "m.gguf"))
+    assert again["kv"] == header["kv"]
+    assert again["tensors"] == header["tensors"]
+    assert accuracy_models.header_sha256(again) == accuracy_models.header_sha256(header)
+    return again
+
+
+def parsed_log(fx):
+    """The recorded llama-server log parsed again: it must give the recorded per-device numbers."""
+    import measure_llamacpp_buffers as measure
+    lines = fx["measured"]["raw_lines"]
+    endpoints = measure.endpoints_from_log(lines)
+    parsed = measure.parse_log(lines, endpoints)
+    assert parsed["devices"] == fx["measured"]["devices"]
+    return endpoints, parsed
+
+
+def assert_within_bounds(fx, facts):
+    """The planner within the issue's bound on every device and component of a recorded load; returns the rows."""
+    import fit_accuracy
+    rows = fit_accuracy.compare(fx, facts)
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, "\n".join(
+        "%s %s: predicted %.2f MiB, measured %.2f MiB, error %+.2f MiB, bound %.2f MiB"
+        % (r["device"], r["component"], r["predicted"] / MIB, r["measured"] / MIB, r["error"] / MIB,
+           (r["bound"] or 0) / MIB) for r in bad)
+    return rows
+
+
+def assert_within_nvidia_smi(fx, facts):
+    """Per process (CUDA0 = llama-server, RPC0 = the rpc-server): the planner's total with its runtime overhead
+    within the total bound of what nvidia-smi showed after the first request."""
+    import fit_accuracy
+    rows = fit_accuracy.smi_rows(fx, facts)
+    assert len(rows) == (2 if fx["config"]["devices"] == "cuda+rpc" else 1)
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, ["%s: predicted %.1f MiB, nvidia-smi %.1f MiB"
+                     % (r["device"], r["predicted"] / MIB, r["smi_request_bytes"] / MIB) for r in bad]

@@ -11,11 +11,9 @@
 Tests run in file order and build on each other.
 """
 import json
-import os
-import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from ansible_collections.dankfleet.llm.molecule.shared import endpoint_checks as checks
+
 PORT = "18470"
 UNIT = "frank-medium"
 TOUCHED = ["/opt/llama.cpp", "/var/lib/dankfleet", "/etc/llama-server", "/usr/local/libexec/dankfleet",
@@ -23,34 +21,16 @@ TOUCHED = ["/opt/llama.cpp", "/var/lib/dankfleet", "/etc/llama-server", "/usr/lo
            "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards"]
 
 
-def playbook(*args, timeout=900):
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / "collections"))
-    env.setdefault("ANSIBLE_ROLES_PATH", f"{REPO / 'roles'}:{REPO / 'tests/lab/roles'}")
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    env["ANSIBLE_NOCOLOR"] = "1"
-    inventory = env["MOLECULE_INVENTORY_FILE"]
-    return subprocess.run(["ansible-playbook", "-i", inventory, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def playbook(*args):
+    return checks.playbook(*args, inventory=checks.scenario_inventory())
 
 
 def snapshot(host):
-    paths = " ".join(TOUCHED)
-    listing = host.run(
-        "find %s -xdev -printf '%%p %%y %%m %%U:%%G %%s %%T@ %%l\\n' 2>/dev/null | sort; "
-        "find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; "
-        "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestampMonotonic %s", paths, paths, UNIT)
-    assert listing.rc == 0, listing.stderr
-    return listing.stdout
+    return checks.snapshot(host, TOUCHED, UNIT)
 
 
 def chat(host):
-    out = host.run(
-        "curl -sf -m 120 http://127.0.0.1:%s/v1/chat/completions -H 'Content-Type: application/json' "
-        "-d '{\"model\": \"frank-medium\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
-        "\"max_tokens\": 8, \"temperature\": 0}'", PORT)
-    assert out.rc == 0, out.stderr
-    return json.loads(out.stdout)
+    return checks.chat(host, PORT)
 
 
 def test_endpoint_is_gated(host):
@@ -86,13 +66,8 @@ def test_rollback_refuses_without_a_layer_split_shape(host):
 
 def test_rollback_from_a_retired_state(host, tmp_path):
     # Deliberately retire the endpoint and put an impostor on its port.
-    retire = tmp_path / "retire.yml"
-    retire.write_text(json.dumps([{
-        "name": "Retire frank-medium on purpose", "hosts": "llm_endpoints", "gather_facts": False,
-        "roles": [{"role": "dankfleet.llm.runtime_retire",
-                   "vars": {"runtime_retire_runtimes": [{"name": "frank-medium-on-purpose",
-                                                         "units": [{"name": "frank-medium.service"}],
-                                                         "ports": [int(PORT)]}]}}]}]))
+    retire = checks.retire_playbook(tmp_path / "retire.yml", "Retire frank-medium on purpose",
+                                    "frank-medium-on-purpose", PORT)
     run = playbook(str(retire))
     assert run.returncode == 0, run.stdout[-4000:]
     assert not host.file("/etc/systemd/system/frank-medium.service").exists
@@ -113,8 +88,7 @@ def test_rollback_from_a_retired_state(host, tmp_path):
 
     assert host.service(UNIT).is_running
     assert not host.service("radiance-proxy").is_running
-    models = json.loads(host.run("curl -sf http://127.0.0.1:%s/v1/models", PORT).stdout)
-    assert [m["id"] for m in models["data"]] == ["frank-medium"]
+    assert [m["id"] for m in checks.models(host, PORT)["data"]] == ["frank-medium"]
     assert chat(host)["usage"]["completion_tokens"] >= 1
     env = host.file("/etc/llama-server/frank-medium.env").content_string
     assert "SPLIT_MODE=layer" in env

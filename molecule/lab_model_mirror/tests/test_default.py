@@ -1,5 +1,4 @@
 """The lab model mirror: a unit on a real systemd host that serves Range requests."""
-import hashlib
 import json
 
 PORT = 18171

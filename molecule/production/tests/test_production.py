@@ -14,52 +14,28 @@ converge (the real first deploy) and idempotence. Tests run in file order and bu
    rollback command brings the layer split back.
 """
 import json
-import os
 import re
 import shlex
-import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from ansible_collections.dankfleet.llm.molecule.shared import endpoint_checks as checks
+
 PORT = "7770"
 UNIT = "frank-medium"
 TOUCHED = ["/home/dank/llama.cpp", "/home/dank/models", "/home/dank/.AGENTTRASH", "/home/dank/dankserver",
            "/home/dank/.config/systemd", "/etc/llama-server", "/usr/local/libexec/dankfleet",
            "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache",
            "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards", "/etc/passwd", "/etc/group", "/etc/shadow"]
-
-
-def playbook(*args, timeout=900):
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / "collections"))
-    env.setdefault("ANSIBLE_ROLES_PATH", f"{REPO / 'roles'}:{REPO / 'tests/lab/roles'}")
-    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    env["ANSIBLE_NOCOLOR"] = "1"
-    return subprocess.run(["ansible-playbook", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def inventory():
-    return os.environ["MOLECULE_INVENTORY_FILE"]
+REPO = checks.REPO
+playbook = checks.playbook
+inventory = checks.scenario_inventory
 
 
 def snapshot(host):
-    paths = " ".join(TOUCHED)
-    listing = host.run(
-        "find %s -xdev -printf '%%p %%y %%m %%U:%%G %%s %%T@ %%l\\n' 2>/dev/null | sort; "
-        "find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; "
-        "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestampMonotonic %s", paths, paths, UNIT)
-    assert listing.rc == 0, listing.stderr
-    return listing.stdout
+    return checks.snapshot(host, TOUCHED, UNIT)
 
 
 def chat(host):
-    out = host.run(
-        "curl -sf -m 120 http://127.0.0.1:%s/v1/chat/completions -H 'Content-Type: application/json' "
-        "-d '{\"model\": \"frank-medium\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
-        "\"max_tokens\": 8, \"temperature\": 0}'", PORT)
-    assert out.rc == 0, out.stderr
-    return json.loads(out.stdout)
+    return checks.chat(host, PORT)
 
 
 def env_file(host):
@@ -94,8 +70,7 @@ def test_endpoint_is_gated_from_production_paths(host):
     svc = host.service(UNIT)
     assert svc.is_running and svc.is_enabled
     assert host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip() == "0"
-    models = json.loads(host.run("curl -sf http://127.0.0.1:%s/v1/models", PORT).stdout)
-    assert [m["id"] for m in models["data"]] == ["frank-medium"]
+    assert [m["id"] for m in checks.models(host, PORT)["data"]] == ["frank-medium"]
     assert chat(host)["usage"]["completion_tokens"] >= 1
     env = env_file(host)
     # production's own paths and geometry (the one variable from build to serve: /home/dank/llama.cpp)
@@ -181,14 +156,8 @@ def test_rollback_refuses_a_shape_that_is_not_a_layer_split(host):
 def test_rollback_from_radiance_like_units(host, tmp_path):
     # Today's dankserver: the layer split was replaced by radiance TP=2. Here: frank-medium retired into
     # the trash, then radiance-like units put back on :7770 with the README's restore command as written.
-    retire = tmp_path / "retire.yml"
-    retire.write_text(json.dumps([{
-        "name": "Replace frank-medium by radiance TP=2", "hosts": "llm_endpoints", "gather_facts": False,
-        "roles": [{"role": "dankfleet.llm.runtime_retire",
-                   "vars": {"runtime_retire_trash_dir": "/home/dank/.AGENTTRASH",
-                            "runtime_retire_runtimes": [{"name": "frank-medium-layer-split",
-                                                         "units": [{"name": "frank-medium.service"}],
-                                                         "ports": [int(PORT)]}]}}]}]))
+    retire = checks.retire_playbook(tmp_path / "retire.yml", "Replace frank-medium by radiance TP=2",
+                                    "frank-medium-layer-split", PORT, trash_dir="/home/dank/.AGENTTRASH")
     run = playbook("-i", inventory(), str(retire))
     assert run.returncode == 0, run.stdout[-4000:]
     assert not host.file("/etc/systemd/system/frank-medium.service").exists
@@ -207,7 +176,7 @@ def test_rollback_from_radiance_like_units(host, tmp_path):
     assert "gate (rolled-back shape) passed" in run.stdout
 
     assert host.service(UNIT).is_running
-    models = json.loads(host.run("curl -sf http://127.0.0.1:%s/v1/models", PORT).stdout)
+    models = checks.models(host, PORT)
     assert [m["id"] for m in models["data"]] == ["frank-medium"] and "radiance-standin" not in json.dumps(models)
     assert chat(host)["usage"]["completion_tokens"] >= 1
     assert env_file(host)["SPLIT_MODE"] == "layer"

@@ -1,14 +1,10 @@
 """rpc_split: what a person would check by hand after the converge, on both containers."""
 import functools
 import os
-import sys
 
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-for _p in (os.path.join(REPO, "benchmarks"), os.path.join(REPO, "plugins", "module_utils")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 # podman exec, not an ansible run per command: the checks take seconds, not minutes
 testinfra_hosts = ["podman://dankfleet-rpc-worker", "podman://dankfleet-rpc-head"]
@@ -60,7 +56,7 @@ def test_head_serves_over_every_worker_device_in_rpc_order(host):
     cmd = host.check_output("tr '\\0' ' ' < /proc/%s/cmdline" % pid)
     eps = _endpoints(host)
     assert "--rpc %s " % ",".join(eps) in cmd and "--device RPC0,RPC1 " in cmd and "--tensor-split " in cmd
-    import rpc_fleet
+    from ansible_collections.dankfleet.llm.plugins.module_utils import rpc_fleet
     assert rpc_fleet.missing_devices("\n".join(_log(host)), eps) == ""
 
 
@@ -70,7 +66,7 @@ def test_planner_per_device_buffers_within_the_rpc_bounds(host):
         pytest.skip("the head's check")
     import fit_accuracy
     import measure_llamacpp_buffers as mlb
-    from gguf_facts import gguf_facts
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
     pid = host.check_output("systemctl show --property=MainPID --value llama-server.service")
     argv = host.check_output("tr '\\0' '\\n' < /proc/%s/cmdline" % pid).splitlines()
 

@@ -1,5 +1,5 @@
 # Copyright (c) dankfleet engineers
-# MIT License (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """python3 llama_env_check.py [--json] FILE: validate a llama_server env file before it goes live.
 
 Parses FILE the way systemd's EnvironmentFile= does (KEY=VALUE lines, '#' comments, single

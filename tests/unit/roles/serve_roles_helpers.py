@@ -3,6 +3,8 @@
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import functools
+import importlib.util
 import os
 
 import yaml
@@ -13,6 +15,16 @@ ROLES = os.path.join(REPO, 'roles')
 
 def role_file(role, *parts):
     return os.path.join(ROLES, role, *parts)
+
+
+@functools.lru_cache(maxsize=None)
+def load_role_script(role, name):
+    """roles/<role>/files/<name>.py as a module object. It is a stdlib-only script that goes to the host,
+    no part of any package, so it is loaded by path and has no import name."""
+    spec = importlib.util.spec_from_file_location(name, role_file(role, 'files', name + '.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_yaml(path):

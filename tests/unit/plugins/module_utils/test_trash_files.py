@@ -6,16 +6,13 @@ __metaclass__ = type
 import hashlib
 import os
 import stat
-import sys
 
 import pytest
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 COLLECTIONS = os.path.join(REPO, 'collections')
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
-
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf  # noqa: E402
 
 
 def _snapshot(root):

@@ -10,17 +10,14 @@ __metaclass__ = type
 
 import os
 import shutil
-import sys
 import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 COLLECTIONS = os.path.join(REPO, 'collections')
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
-
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf  # noqa: E402
 
 NAMES = st.sampled_from(['a', 'b', 'c', 'd'])
 

@@ -1,0 +1,90 @@
+"""inventory/production's shapes (frank_medium_shape: dflash2 | mtp | dspark), each planned like the deploy
+plans it (playbooks/tasks/deploy_plan.yml's serve dict) against the recorded B850 board and the recorded
+GGUF headers (tests/fixtures/). The pinned split and context must fit, and the shape must be what the
+runbook says it is.
+
+Headers: the Swift UD-Q8_K_XL header stands in for the orcarouter Q8_0 target (the same qwen35 27B trunk;
+the Q8_0's own header is not recorded - the deploy reads the fetched file's on the host), the recorded
+DFlash2 Q8_0 header for the Q4_K_M drafter (larger, so the check is conservative).
+"""
+import json
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+
+HOST_VARS = os.path.join(lib.ROOT, "inventory", "production", "host_vars", "dankserver.yml")
+B850 = os.path.join(lib.FIXTURES, "gpu", "b850-proart.facts.json")
+DRAFTERS = {"draft-dflash": "dflash2", "draft-dspark": "dspark"}
+HOST_RAM = 60 * lib.GIB  # dankserver: 60 GiB (runbook Hardware)
+
+
+def _vars():
+    with open(HOST_VARS) as fh:
+        return yaml.safe_load(fh)
+
+
+def _serve(v, shape):
+    s = v["frank_medium_shapes"][shape]
+    return {"backend": v["llama_server_backend"], "split_mode": v["llama_server_split_mode"],
+            "tensor_split": s["tensor_split"], "ctx_size": s["ctx_size"], "parallel": s["parallel"],
+            "batch_size": s["batch_size"], "ubatch_size": s["ubatch_size"],
+            "cache_type_k": v["llama_server_cache_type_k"], "cache_type_v": v["llama_server_cache_type_v"],
+            "flash_attn": True, "spec_type": s["spec_type"], "spec_draft_n_max": s["spec_draft_n_max"],
+            "floor_bytes": s["floor_bytes"], "lean_layers": 0, "cache_ram_mib": s["cache_ram"],
+            "draft_device": v["llama_server_spec_draft_device"]}
+
+
+def _plan(shape):
+    v = _vars()
+    s = v["frank_medium_shapes"][shape]
+    with open(B850) as fh:
+        gpus = json.load(fh)
+    backed = [t for t in s["spec_type"] if t in DRAFTERS]
+    drafter = lib.fixture(DRAFTERS[backed[0]]) if backed else None
+    mmproj = lib.fixture("mmproj_bf16") if s["vision"] else None
+    return plan(gpus, lib.fixture("frank_medium"), _serve(v, shape), drafter=drafter, mmproj=mmproj,
+                host_ram_bytes=HOST_RAM)
+
+
+@pytest.mark.parametrize("shape", ["dflash2", "mtp", "dspark"])
+def test_each_shape_is_planned_and_fits_as_pinned(shape):
+    s = _vars()["frank_medium_shapes"][shape]
+    r = _plan(shape)
+    assert r["errors"] == [] and r["fits"], r["table"]
+    assert r["tensor_split"] == s["tensor_split"] and r["ctx_size"] == s["ctx_size"]
+    assert r["ctx_per_slot"] == s["ctx_size"] // s["parallel"]
+    assert r["cache_ram_mib"] == s["cache_ram"]
+
+
+def test_the_default_is_the_runbooks_final_deployed_state():
+    v = _vars()
+    assert v["frank_medium_shape"] == "dflash2"
+    s = v["frank_medium_shapes"]["dflash2"]
+    files = v["frank_medium_files"]
+    assert files[s["payload"]["target"]]["repo"] == "orcarouter/Qwen3.8-27B-Uncensored-GGUF"
+    assert files[s["payload"]["target"]]["file"].endswith("-Q8_0.gguf")
+    assert files[s["payload"]["drafter"]]["file"].endswith("DFlash2-Q4_K_M.gguf")
+    assert (s["tensor_split"], s["ctx_size"], s["parallel"]) == ([32, 33], 327680, 2)
+    assert (s["batch_size"], s["ubatch_size"], s["ctx_checkpoints"], s["cache_ram"]) == (6144, 512, 0, 16384)
+    assert s["spec_type"][0] == "draft-dflash" and s["spec_draft_n_max"] == 7 and s["vision"]
+    assert v["llama_server_port"] == 7770 and v["llama_server_alias"] == "frank-medium"
+    # one release path: the serve role is handed the build role's prefix, nothing of its own
+    assert "llama_server_install_prefix" not in v and v["llama_cpp_build_prefix"] == "/home/dank/llama.cpp"
+
+
+def test_unknown_sizes_and_hashes_stay_refusable_placeholders():
+    v = _vars()
+    for key, f in v["frank_medium_files"].items():
+        assert str(f["sha256"]).startswith("FILL"), key      # never a locally observed oid
+        assert isinstance(f["size"], int)
+    # the seeds record these sizes; the others stay 0, which the fetch preflight refuses
+    sizes = {k: f["size"] for k, f in v["frank_medium_files"].items()}
+    assert sizes["swift_ud_q8_k_xl"] == 31457990112 and sizes["dspark_q8_0"] == 1455376576
+    assert sizes["orcarouter_q8_0"] == 0 and sizes["dflash2_q4_k_m"] == 0
+    assert v["llama_cpp_build_toolchain_sha256"].startswith("FILL")
+    serving = json.dumps(v["dankfleet_serving_now"])
+    assert "FILL" in serving and '"ports": [7770]' in serving

@@ -1,0 +1,41 @@
+"""The one import path (pytest.ini), kept: no test, helper, fixture builder or verifier changes sys.path or
+loads a repo module by file path, and none imports a module_utils file by its bare name (it has one name:
+ansible_collections.dankfleet.llm.plugins.module_utils.<name>). tests/conftest.py checks what a session
+actually imported; this checks every file, imported this session or not."""
+import os
+import re
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODULE_UTILS = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "plugins", "module_utils"))
+                      if n.endswith(".py") and not n.startswith("__"))
+BARE = re.compile(r"(?m)^\s*(?:import|from)\s+(%s)\b" % "|".join(MODULE_UTILS))
+# A role's files/*.py goes to the host alone: no package's module, so a test loads it by path - that only
+# (serve_roles_helpers.load_role_script); a file that loads by path must name a role's files/ directory.
+ROLE_FILES = re.compile(r"[\"']files[\"']|/files/")
+SELF = os.path.relpath(os.path.abspath(__file__), REPO)
+
+
+def sources():
+    for top in ("tests", "molecule"):
+        for root, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", "llamacpp")]
+            for name in files:
+                path = os.path.join(root, name)
+                if name.endswith((".py", ".sh")) and os.path.relpath(path, REPO) != SELF:
+                    with open(path) as handle:
+                        yield os.path.relpath(path, REPO), handle.read()
+
+
+def test_module_utils_are_discovered():
+    assert {"fit_plan", "gguf_reader", "gpu_facts"} <= set(MODULE_UTILS)
+
+
+def test_no_sys_path_and_no_loading_by_path():
+    found = [path for path, text in sources() if "sys.path.insert" in text or "sys.path.append" in text
+             or ("spec_from_file_location" in text and not ROLE_FILES.search(text))]
+    assert found == [], "put what they import on pytest.ini's pythonpath instead (docs/DEVELOPING.md)"
+
+
+def test_no_bare_module_utils_import():
+    found = dict((path, BARE.findall(text)) for path, text in sources() if BARE.search(text))
+    assert found == {}, "import ansible_collections.dankfleet.llm.plugins.module_utils.<name> instead"
