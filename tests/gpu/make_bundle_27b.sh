@@ -12,7 +12,7 @@
 #    the same recipe benchmarks/accuracy_models.py generates in full on the device);
 # 2. the llama_server files rendered for the device's paths WITH the deploy playbook's own plan
 #    (tests/gpu/render_serve.yml render_plan=true: gpu_facts over the H200 as recorded there, the header,
-#    playbooks/tasks/deploy_plan.yml): serve27 (the production shape, ctx_size max under the 1 GiB floor),
+#    roles/llm_plan/tasks/plan.yml): serve27 (the production shape, ctx_size max under the 1 GiB floor),
 #    serve27-svb (the same with speculation off: served vs llama-bench), serve27-spec/<name> (speculation
 #    variants at a pinned 262144: off, draft-mtp n_max 1..3, ngram-mod, draft-mtp 3 + ngram-mod);
 # 3. the repository (no .git), the llama.cpp sdist, go.sh and env.sh (the pipeline's phases).

@@ -65,7 +65,8 @@ def debug_msgs(stdout, task):
     """{host: msg} of a debug task, from the default callback's json result format."""
     out = {}
     for block in stdout.split("\nTASK [")[1:]:
-        if not block.startswith(task + "]"):
+        # a role's task is named "<role> : <task>" (the plan stages are role dankfleet.llm.llm_plan)
+        if not re.match(r"(?:[\w.]+ : )?" + re.escape(task) + r"\]", block):
             continue
         for host, body in re.findall(r"^ok: \[([^\]]+)\] => (\{.*?^\})", block, re.S | re.M):
             msg = json.loads(body)["msg"]

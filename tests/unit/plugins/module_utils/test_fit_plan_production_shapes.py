@@ -1,5 +1,5 @@
 """inventory/production's shapes (frank_medium_shape: dflash2 | mtp | dspark), each planned like the deploy
-plans it (playbooks/tasks/deploy_plan.yml's serve dict) against the recorded B850 board and the recorded
+plans it (roles/llm_plan/tasks/plan.yml's serve dict) against the recorded B850 board and the recorded
 GGUF headers (tests/fixtures/). The pinned split and context must fit, and the shape must be what the
 runbook says it is.
 

@@ -161,3 +161,27 @@ def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_pat
     assert '#   ' + result['table'].splitlines()[0] in comments
     assert [c for c in comments if c.startswith('#   per token: ') and 'draft KV' in c]
     assert [c for c in comments if 'it holds one full slot' in c]
+
+
+def test_the_comments_say_where_each_value_came_from():
+    # the preflight settles _llama_server_eff_origin from llm_plan: a value the planner chose says so even
+    # where a playbook handed the role the planner's number (what deploy_frank_medium.yml used to do)
+    planned = {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned'}
+    text, _, problems = rendered(llama_server_plan=PLAN, llama_server_tensor_split=[35, 30], llama_server_ctx_size=393216,
+                                 _llama_server_eff_origin=planned)
+    assert problems == [] and 'pinned by the inventory' not in text
+    assert "Why this split: the planner's balanced split" in text
+    assert 'Why this ctx: the largest the planner found to fit' in text
+    assert "Why this cache-ram: the planner's cap" in text
+    pinned = {'tensor_split': 'pinned', 'ctx_size': 'pinned', 'cache_ram': 'pinned'}
+    text, _, _ = rendered(llama_server_plan=PLAN, _llama_server_eff_origin=pinned)
+    assert 'Why this split: pinned by the inventory (llama_server_tensor_split)' in text
+    assert 'Why this ctx: pinned by the inventory (llama_server_ctx_size)' in text
+    assert 'Why this cache-ram: pinned by the inventory (llama_server_cache_ram)' in text
+
+
+def test_an_llm_plan_that_has_not_planned_says_why():
+    text, _, problems = rendered(llama_server_plan={}, llama_server_llm_plan={
+        'planned': False, 'cannot_plan': 'the payload is still a placeholder', 'origin': {}})
+    assert problems == [] and 'No plan was given' in text
+    assert '# llm_plan has not planned yet: the payload is still a placeholder.' in text
