@@ -20,6 +20,7 @@ import re
 import subprocess
 import time
 
+from http.client import HTTPException
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.urls import open_url
@@ -62,6 +63,16 @@ class Endpoint(object):
             return resp.getcode(), resp.read().decode('utf-8', 'replace')
         finally:
             resp.close()
+
+    def call(self, path, payload=None, timeout=None):
+        """(HTTP status, body text) of one request that never raises: an HTTP error is its status and
+        body, a request that got no answer (refused, timed out, reset) is (-1, the reason)."""
+        try:
+            return self._request(path, payload, timeout=timeout)
+        except HTTPError as exc:
+            return exc.code, _body(exc, limit=None)
+        except (URLError, OSError, HTTPException) as exc:
+            return -1, str(getattr(exc, 'reason', None) or exc) or exc.__class__.__name__
 
     def get_text(self, path, timeout=None):
         try:
@@ -122,9 +133,9 @@ class Endpoint(object):
             time.sleep(0.25)
 
 
-def _body(exc):
+def _body(exc, limit=500):
     try:
-        return exc.read().decode('utf-8', 'replace')[:500]
+        return exc.read().decode('utf-8', 'replace')[:limit]
     except Exception:  # pylint: disable=broad-except
         return ''
 
