@@ -97,6 +97,7 @@ attributes:
     description: Sends no request; reports what would be checked.
   diff_mode:
     support: none
+    description: Nothing to diff - the gate changes nothing.
 '''
 
 EXAMPLES = r'''
@@ -218,9 +219,9 @@ ARGUMENT_SPEC = dict(
     health_timeout_base=dict(type='int', default=D['health_timeout_base']),
     load_mib_per_s=dict(type='float', default=D['load_mib_per_s']),
     prompt=dict(type='str', default=D['prompt']),
-    max_tokens=dict(type='int', default=D['max_tokens']),
+    max_tokens=dict(type='int', default=D['max_tokens'], no_log=False),
     spec_prompt=dict(type='str', default=D['spec_prompt']),
-    spec_max_tokens=dict(type='int', default=D['spec_max_tokens']),
+    spec_max_tokens=dict(type='int', default=D['spec_max_tokens'], no_log=False),
     request_timeout=dict(type='int', default=D['request_timeout']),
 )
 EMPTY = dict(passed=None, findings=[], message='', expected={}, health_timeout=None, payload_bytes=None, checks=[],
