@@ -22,6 +22,7 @@ import time
 
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
+from urllib.request import ProxyHandler, Request, build_opener
 
 from ansible.module_utils.urls import open_url
 
@@ -34,6 +35,10 @@ METRIC_ACCEPTED = 'llamacpp:spec_decode_num_accepted_tokens_total'
 METRIC_PROMPT_TOKENS = 'llamacpp:prompt_tokens_total'
 METRIC_PROMPT_CACHED = 'llamacpp:prompt_tokens_cached_total'
 METRIC_PREDICTED = 'llamacpp:tokens_predicted_total'
+
+
+# No proxy from the environment: the endpoint is the host's own.
+_PLAIN_HTTP = build_opener(ProxyHandler({}))
 
 
 class BenchError(Exception):
@@ -55,10 +60,15 @@ class Endpoint(object):
             headers['Content-Type'] = 'application/json'
         if self.api_key:
             headers['Authorization'] = 'Bearer %s' % self.api_key
-        # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
-        resp = open_url(self.url + path, data=data, headers=headers, method='GET' if data is None else 'POST',
-                        timeout=self.timeout if timeout is None else timeout, use_proxy=False,
-                        follow_redirects='safe')
+        method = 'GET' if data is None else 'POST'
+        timeout = self.timeout if timeout is None else timeout
+        if self.url.startswith('http://'):
+            # plain HTTP: open_url builds a TLS context (the system CA store, ~80 ms of CPU) on every request
+            resp = _PLAIN_HTTP.open(Request(self.url + path, data=data, headers=headers, method=method), timeout=timeout)
+        else:
+            # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
+            resp = open_url(self.url + path, data=data, headers=headers, method=method, timeout=timeout,
+                            use_proxy=False, follow_redirects='safe')
         try:
             return resp.getcode(), resp.read().decode('utf-8', 'replace')
         finally:
