@@ -133,7 +133,9 @@ message:
   description: The passed line (URL, alias, release, slots, tokens, drafts, MainPID, NRestarts), or the findings joined by newlines.
   returned: always
   type: str
-  sample: "gate (new shape) passed: http://127.0.0.1:7770 alias frank-medium, release b11434-hip, 2 slot(s) of 163840, 8 token(s) answered, MainPID 4711, NRestarts 0."
+  sample: >-
+    gate (new shape) passed: http://127.0.0.1:7770 alias frank-medium, release b11434-hip, 2 slot(s) of 163840,
+    8 token(s) answered, MainPID 4711, NRestarts 0.
 expected:
   description: What the shape must show, from the env file (never the API key).
   returned: always
@@ -239,8 +241,8 @@ def main():
         module.fail_json(msg='llama_server_gate: %s. Nothing was checked.' % '; '.join(problems), **EMPTY)
 
     if module.check_mode and not os.path.exists(p['env_file']):
-        module.exit_json(changed=False, **dict(EMPTY, message='check mode: %s does not exist yet; a real run gates the '
-                                                      'shape it holds once written' % p['env_file']))
+        absent = 'check mode: %s does not exist yet; a real run gates the shape it holds once written' % p['env_file']
+        module.exit_json(changed=False, **dict(EMPTY, message=absent))
     try:
         env, env_problems = read_env_file(p['env_file'])
         expect = lg.expectations(env, host=p['host'], label=p['label'], env_file=p['env_file'])
@@ -255,8 +257,8 @@ def main():
     base = dict(EMPTY, expected=expect, health_timeout=timeout, payload_bytes=size, checks=checks,
                 env_problems=env_problems)
     if module.check_mode:
-        module.exit_json(changed=False, **dict(base, message='check mode: would gate (%s) %s - %s'
-                                                     % (p['label'], expect['base'], '; '.join(checks))))
+        would = 'check mode: would gate (%s) %s - %s' % (p['label'], expect['base'], '; '.join(checks))
+        module.exit_json(changed=False, **dict(base, message=would))
 
     def run_command(argv):
         return module.run_command(argv)
