@@ -45,15 +45,19 @@ import math
 import re
 from bisect import bisect_left as _bisect_left
 
+# The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
+        BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES, SPEC_TYPES, model_drafters,
+        spec_chain_conflict)
+else:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path
+    from llama_cpp_rules import (BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES,
+                                 SPEC_TYPES, model_drafters, spec_chain_conflict)
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 KV_PAD = 256            # llama-context.cpp: n_ctx and n_ctx_seq padded to 256; iswa SWA cache padded to 256
 
-SPEC_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
-              "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-MODEL_DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")   # need --spec-draft-model
-CONTEXT_DRAFT_TYPES = MODEL_DRAFT_TYPES + ("draft-mtp",)                                # need a draft context
-BLOCK_DRAFT_TYPES = ("draft-dflash", "draft-dspark")
 BACKENDS = ("hip", "cuda", "cpu")
 CACHE_TYPES = {"f32": ("F32", 1, 4), "f16": ("F16", 1, 2), "bf16": ("BF16", 1, 2), "q8_0": ("Q8_0", 32, 34),
                "q4_0": ("Q4_0", 32, 18), "q4_1": ("Q4_1", 32, 20), "iq4_nl": ("IQ4_NL", 32, 18),
@@ -721,8 +725,8 @@ def _prepare(gpus, model, serve, drafter, mmproj):
     if c.mmproj_dev is None:
         c.mmproj_dev = 0          # arg.cpp: the mmproj device defaults to the first of --device
     types = c.s["spec_type"]
-    c.mtp = "draft-mtp" in types
-    c.model_draft = [t for t in types if t in MODEL_DRAFT_TYPES]
+    c.mtp = any(t in SELF_DRAFT_TYPES for t in types)
+    c.model_draft = model_drafters(types)
     arch = model["architecture"]
     rollback = model.get("rs_rollback", arch in RS_ROLLBACK_ARCHS)
     c.n_rs_seq = c.s["spec_draft_n_max"] if (rollback and any(t in CONTEXT_DRAFT_TYPES for t in types)) else 0
@@ -737,7 +741,7 @@ def _spec_errors(c):
     errs = []
     s = c.s
     types = s["spec_type"]
-    if c.mtp and c.model_draft:
+    if spec_chain_conflict(types):
         errs.append("serve.spec_type %s chains draft-mtp with the model-backed %s: a chain has ONE draft context and "
                     "MTP builds against whatever model it holds ('context type MTP requested but model doesn't contain "
                     "MTP layers'); keep one of them (ngram-* types may ride beside either)"
@@ -749,9 +753,9 @@ def _spec_errors(c):
         errs.append("serve.spec_type %s needs a drafter model: pass drafter=<gguf_info of the draft GGUF>"
                     % ",".join(c.model_draft))
     if c.drafter is not None and not c.model_draft:
-        errs.append("a drafter (%s) was given but serve.spec_type %s uses none (only draft-simple, draft-eagle3, "
-                    "draft-dflash, draft-dspark load --spec-draft-model); drop the drafter or add its spec type"
-                    % (c.drafter.get("path") or c.drafter.get("architecture"), types or "[]"))
+        errs.append("a drafter (%s) was given but serve.spec_type %s uses none (only %s load --spec-draft-model); "
+                    "drop the drafter or add its spec type"
+                    % (c.drafter.get("path") or c.drafter.get("architecture"), types or "[]", ", ".join(MODEL_DRAFT_TYPES)))
     if c.drafter is not None and c.model_draft:
         d = c.drafter.get("drafter") or {}
         bs = c.drafter.get("block_size") or d.get("block_size")

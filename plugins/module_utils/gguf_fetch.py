@@ -12,8 +12,10 @@ The contract, in the order fetch() applies it:
   from the file on disk.
 * A present <dest> is verified: by its stamp (<dest>.verified.json: size,
   mtime_ns, inode, sha256, written only after a full hash matched) when
-  verify='stamp', by a full re-hash otherwise. A mismatch is moved to the
-  trash directory with a note (expected vs found), never deleted.
+  verify='stamp', by a full re-hash otherwise. A mismatch is moved into the
+  trash directory, never deleted: a directory of its own per move with
+  trash_files' MANIFEST (expected vs found in its comments), so
+  dankfleet.llm.trash_files state=restored puts it back byte-identical.
 * The payload is downloaded into <dest>.part, resumed with Range from the
   .part's length. sha256 is computed while the bytes arrive (one pass: an
   existing .part prefix is hashed once, then the stream continues).
@@ -51,7 +53,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import socket
 import ssl
 import stat
@@ -63,8 +64,12 @@ import urllib.request
 
 if __name__.startswith("ansible_collections."):
     from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import HASH_READ_CHUNK, hash_file
+    from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import TrashError, retire
 else:  # plain python (benchmarks) with plugins/module_utils on sys.path
     from regular_file import file_kind, open_regular
+    from sha256 import HASH_READ_CHUNK, hash_file
+    from trash_files import TrashError, retire
 
 STAMP_SUFFIX = ".verified.json"
 PART_SUFFIX = ".part"
@@ -72,7 +77,6 @@ STAMP_VERSION = 1
 # 256 KiB: the buffer a recv fills is still in cache when write() and sha256 read
 # it; measured on the 2-core CI box, 4 MiB buffers cost ~2x the system time.
 DEFAULT_CHUNK = 256 * 1024
-HASH_READ_CHUNK = 1024 * 1024
 # Statuses a retry may cure; anything else (401, 403, 404, ...) fails at once.
 RETRYABLE_HTTP = frozenset((408, 425, 429, 500, 502, 503, 504))
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -145,23 +149,6 @@ def human(n):
             return ("%d %s" % (n, unit)) if unit == "B" else ("%.2f %s" % (n, unit))
         n /= 1024.0
     return str(n)
-
-
-def hash_file(path, chunk=HASH_READ_CHUNK, limit=None, hasher=None):
-    """sha256 of path's first `limit` bytes (all if None); returns (hasher, nbytes)."""
-    h = hasher or hashlib.sha256()
-    n = 0
-    buf = bytearray(chunk)
-    mv = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while limit is None or n < limit:
-            want = chunk if limit is None else min(chunk, limit - n)
-            got = f.readinto(mv[:want])
-            if not got:
-                break
-            h.update(mv[:got])
-            n += got
-    return h, n
 
 
 class _NotRegular(Exception):
@@ -538,40 +525,42 @@ class Fetcher:
 
     # -- trash -----------------------------------------------------------
     def _trash(self, path, reason, found_size, found_sha256):
-        """Move path (and nothing else) into the trash dir with a .note beside it."""
+        """Move path (and dest's stamp with dest) into a trash directory of its own, trash_files' way.
+
+        ``<trash>/<UTC time>-<name>/`` holds the file at its absolute path below it and a MANIFEST
+        (owner, group, mode, sha256) whose comments say what was expected and found; restore with
+        dankfleet.llm.trash_files (state=restored, trash_dir=that directory). Never deleted.
+        """
         trash = self.trash_dir or os.path.join(os.path.dirname(self.dest), ".trash")
         if not os.path.isdir(trash):
             os.makedirs(trash, 0o700)
         stamp = utcnow().strftime("%Y%m%dT%H%M%S.%fZ")
-        target = os.path.join(trash, "%s-%s" % (stamp, os.path.basename(path)))
-        note_path = target + ".note"
-        note = {
-            "moved_from": path,
-            "moved_to": target,
-            "reason": reason,
-            "expected": {"size": self.size, "sha256": self.sha256},
-            "found": {"size": found_size, "sha256": found_sha256},
-            "source": redact_url(self.url),
-            "at": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        try:
-            os.rename(path, target)
-        except OSError as e:
-            if e.errno != errno.EXDEV:
-                raise
-            shutil.move(path, target)  # another filesystem: copy + remove, still never a bare delete
-        with open(note_path, "w") as f:
-            f.write("# gguf_fetch moved this file here instead of deleting it.\n")
-            f.write("# expected size %d sha256 %s\n# found    size %s sha256 %s\n"
-                    % (self.size, self.sha256, found_size, found_sha256 or "(not hashed)"))
-            json.dump(note, f, indent=1, sort_keys=True)
-            f.write("\n")
+        event = os.path.join(trash, "%s-%s" % (stamp, os.path.basename(path)))
+        paths = [path]
         if path == self.dest and os.path.exists(self.dest + STAMP_SUFFIX):
-            os.rename(self.dest + STAMP_SUFFIX, target + STAMP_SUFFIX)
-        entry = {"path": target, "note": note_path, "reason": reason, "from": path}
+            paths.append(self.dest + STAMP_SUFFIX)
+        comments = [
+            "gguf_fetch moved this file here instead of deleting it: %s" % reason,
+            "expected size %d sha256 %s" % (self.size, self.sha256),
+            "found    size %s sha256 %s" % (found_size, found_sha256 or "(not hashed)"),
+            "source %s at %s" % (redact_url(self.url), utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")),
+            "restore: dankfleet.llm.trash_files with trash_dir=%s state=restored" % event,
+        ]
+        try:
+            moved = retire(event, paths, comments=[re.sub(r"[\t\r\n]", " ", c) for c in comments],
+                           known_sha256={path: found_sha256} if found_sha256 else None)
+        except (TrashError, OSError) as e:
+            raise FetchError("could not move %s to the trash %s: %s. Nothing was deleted; move it aside by hand "
+                             "and re-run" % (path, event, e))
+        if not moved["moves"]:
+            raise FetchError("%s vanished before it could be moved to the trash %s (another process removed or moved "
+                             "it): re-run" % (path, event))
+        target = moved["moves"][0]["dest"]
+        entry = {"path": target, "note": moved["manifest"], "manifest": moved["manifest"],
+                 "trash_dir": moved["trash_dir"], "reason": reason, "from": path}
         self.result["trashed"].append(entry)
         if self._log:
-            self._log.line("trashed %s -> %s (%s)" % (path, target, reason))
+            self._log.line("trashed %s -> %s (%s; MANIFEST %s)" % (path, target, reason, moved["manifest"]))
         return entry
 
     # -- present file ----------------------------------------------------

@@ -30,6 +30,11 @@ import shutil
 import subprocess
 import time
 
+if __name__.startswith('ansible_collections.'):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
+else:  # plain python with plugins/module_utils on sys.path
+    from sha256 import sha256_file
+
 BACKENDS = ('hip', 'cuda', 'cpu')
 
 # A commit, full or abbreviated. Never a branch or tag name: those move.
@@ -455,12 +460,7 @@ def read_stamp(path):
 # sources and toolchain
 # --------------------------------------------------------------------------
 
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, 'rb') as handle:
-        for block in iter(lambda: handle.read(1 << 20), b''):
-            digest.update(block)
-    return digest.hexdigest()
+file_sha256 = sha256_file
 
 
 def check_sha256(path, expected, what):

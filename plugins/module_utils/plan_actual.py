@@ -40,6 +40,12 @@ except ImportError:     # plain Python (benchmarks, unit tests): the sibling fil
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
+
+try:
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
+except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
+    from sha256 import sha256_file
+
 RECORD_FILE = "plan-vs-actual.json"
 RECORD_VERSION = 1
 TEXTFILE_NAME = "llm_plan_actual.prom"
@@ -490,12 +496,7 @@ def model_sha256(model_path, given=""):
             return str(stamp["sha256"]), "stamp"
     except (IOError, OSError, ValueError, TypeError):
         pass
-    import hashlib
-    h = hashlib.sha256()
-    with open(model_path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(4 * MIB), b""):
-            h.update(chunk)
-    return h.hexdigest(), "hashed"
+    return sha256_file(model_path), "hashed"
 
 
 def make_record(backend, rows, release="", model_sha="", model_path="", shape=None, plan=None, now=None):

@@ -16,75 +16,74 @@ __metaclass__ = type
 
 import re
 
-# Every spelling of a flag the launcher writes (llama.cpp b11434 common/arg.cpp) -> the variable to set.
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
+else:  # plain python (benchmarks) with plugins/module_utils on sys.path
+    import llama_cpp_rules as rules
+
+# Each flag the launcher writes (long form; llama_cpp_rules.FLAG_SPELLINGS has every spelling) -> the variable to set.
 _ROLE_FLAGS = (
-    (("-m", "--model"), "llama_server_model_path"),
-    (("-a", "--alias"), "llama_server_alias"),
+    (("--model",), "llama_server_model_path"),
+    (("--alias",), "llama_server_alias"),
     (("--host",), "llama_server_bind_address"),
     (("--port",), "llama_server_port"),
-    (("-dev", "--device"), "llama_server_devices"),
-    (("-sm", "--split-mode"), "llama_server_split_mode"),
-    (("-ts", "--tensor-split"), "llama_server_tensor_split (or leave it [] for the plan's split)"),
-    (("-ngl", "--gpu-layers", "--n-gpu-layers"), "llama_server_gpu_layers"),
-    (("-fit", "--fit"), "llama_server_fit"),
-    (("-fa", "--flash-attn"), "llama_server_flash_attn"),
-    (("-c", "--ctx-size"), "llama_server_ctx_size (or leave it 0 for the plan's context)"),
-    (("-np", "--parallel"), "llama_server_parallel"),
-    (("-b", "--batch-size"), "llama_server_batch_size"),
-    (("-ub", "--ubatch-size"), "llama_server_ubatch_size"),
-    (("-t", "--threads"), "llama_server_threads"),
-    (("-tb", "--threads-batch"), "llama_server_threads_batch"),
-    (("-ctk", "--cache-type-k"), "llama_server_cache_type_k"),
-    (("-ctv", "--cache-type-v"), "llama_server_cache_type_v"),
-    (("--ctx-checkpoints", "--swa-checkpoints"), "llama_server_ctx_checkpoints"),
-    (("-cram", "--cache-ram"), "llama_server_cache_ram"),
-    (("--temp", "--temperature"), "llama_server_temperature"),
+    (("--device",), "llama_server_devices"),
+    (("--split-mode",), "llama_server_split_mode"),
+    (("--tensor-split",), "llama_server_tensor_split (or leave it [] for the plan's split)"),
+    (("--gpu-layers",), "llama_server_gpu_layers"),
+    (("--fit",), "llama_server_fit"),
+    (("--flash-attn",), "llama_server_flash_attn"),
+    (("--ctx-size",), "llama_server_ctx_size (or leave it 0 for the plan's context)"),
+    (("--parallel",), "llama_server_parallel"),
+    (("--batch-size",), "llama_server_batch_size"),
+    (("--ubatch-size",), "llama_server_ubatch_size"),
+    (("--threads",), "llama_server_threads"),
+    (("--threads-batch",), "llama_server_threads_batch"),
+    (("--cache-type-k",), "llama_server_cache_type_k"),
+    (("--cache-type-v",), "llama_server_cache_type_v"),
+    (("--ctx-checkpoints",), "llama_server_ctx_checkpoints"),
+    (("--cache-ram",), "llama_server_cache_ram"),
+    (("--temp",), "llama_server_temperature"),
     (("--top-p",), "llama_server_top_p"),
     (("--top-k",), "llama_server_top_k"),
     (("--min-p",), "llama_server_min_p"),
     (("--presence-penalty",), "llama_server_presence_penalty"),
-    (("-rea", "--reasoning"), "llama_server_reasoning"),
+    (("--reasoning",), "llama_server_reasoning"),
     (("--reasoning-format",), "llama_server_reasoning_format"),
     (("--reasoning-budget",), "llama_server_reasoning_budget"),
     (("--chat-template-file", "--chat-template"), "llama_server_chat_template_file"),
     (("--chat-template-kwargs",), "llama_server_chat_template_kwargs"),
     (("--metrics",), "llama_server_metrics"),
     (("--spec-type",), "llama_server_spec_type"),
-    (("--spec-draft-model", "-md", "--model-draft"), "llama_server_drafter_path"),
-    (("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n"), "llama_server_spec_draft_n_max"),
-    (("--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), "llama_server_spec_draft_ngl"),
-    (("--spec-draft-device", "-devd", "--device-draft"), "llama_server_spec_draft_device"),
-    (("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "llama_server_spec_draft_cache_type_k"),
-    (("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "llama_server_spec_draft_cache_type_v"),
+    (("--spec-draft-model",), "llama_server_drafter_path"),
+    (("--spec-draft-n-max",), "llama_server_spec_draft_n_max"),
+    (("--spec-draft-ngl",), "llama_server_spec_draft_ngl"),
+    (("--spec-draft-device",), "llama_server_spec_draft_device"),
+    (("--spec-draft-type-k",), "llama_server_spec_draft_cache_type_k"),
+    (("--spec-draft-type-v",), "llama_server_spec_draft_cache_type_v"),
     (("--spec-ngram-mod-n-match",), "llama_server_spec_ngram_mod_n_match"),
     (("--spec-ngram-mod-n-min",), "llama_server_spec_ngram_mod_n_min"),
     (("--spec-ngram-mod-n-max",), "llama_server_spec_ngram_mod_n_max"),
-    (("-mm", "--mmproj", "--no-mmproj", "-mmu", "--mmproj-url", "--mmproj-auto", "--no-mmproj-offload"),
+    (("--mmproj", "--no-mmproj", "--mmproj-url", "--mmproj-auto", "--no-mmproj-offload"),
      "llama_server_vision and llama_server_mmproj_path"),
     (("--api-key", "--api-key-file"), "llama_server_api_key"),
     (("--rpc",), "llama_server_rpc (derived from the llm_rpc_workers group; the plan sizes its devices)"),
-    (("-lv", "--verbosity", "--log-verbosity"), "llama_server_log_verbosity"),
+    (("--log-verbosity",), "llama_server_log_verbosity"),
 )
 # Flags that move weights, KV or compute to places fit_plan does not size: no variable can set them.
-_UNPLANNED_FLAGS = (
-    "-ot", "--override-tensor", "-otd", "--override-tensor-draft", "-mg", "--main-gpu",
-    "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified", "-nkvo", "--no-kv-offload", "-cmoe", "--cpu-moe",
-    "-ncmoe", "--n-cpu-moe", "-cmoed", "--cpu-moe-draft", "-ncmoed", "--n-cpu-moe-draft", "--swa-full",
-    "-fitt", "--fit-target", "-fitc", "--fit-ctx", "-cd", "--ctx-size-draft",
-)
+_UNPLANNED_FLAGS = rules.spellings(*rules.UNSIZED_PLACEMENT_FLAGS)
 # Environment the unit sets itself, or that re-numbers / un-hides devices behind gpu_facts' back.
-_GUARDED_ENV = {
-    "HIP_VISIBLE_DEVICES": "llama_server_hip_visible_devices (gpu_facts' hip_visible_devices hides integrated GPUs)",
-    "CUDA_VISIBLE_DEVICES": "llama_server_cuda_visible_devices (gpu_facts' cuda_visible_devices)",
-    "ROCR_VISIBLE_DEVICES": "llama_server_hip_visible_devices (one visibility list, set by gpu_facts)",
-    "GPU_DEVICE_ORDINAL": "llama_server_hip_visible_devices (one visibility list, set by gpu_facts)",
-    "HSA_VISIBLE_DEVICES": "llama_server_hip_visible_devices (one visibility list, set by gpu_facts)",
-    "CUDA_DEVICE_ORDER": "nothing: gpu_facts and the plan number the devices in the order llama.cpp lists them",
+_GUARDED_ENV = dict((name, "llama_server_hip_visible_devices (one visibility list, set by gpu_facts)")
+                    for name, backend in rules.DEVICE_ENV.items() if backend == "hip")
+_GUARDED_ENV.update({
+    rules.HIP_VISIBLE_ENV: "llama_server_hip_visible_devices (gpu_facts' hip_visible_devices hides integrated GPUs)",
+    rules.CUDA_VISIBLE_ENV: "llama_server_cuda_visible_devices (gpu_facts' cuda_visible_devices)",
+    rules.DEVICE_ORDER_ENV: "nothing: gpu_facts and the plan number the devices in the order llama.cpp lists them",
     "XDG_CACHE_HOME": "nothing: the unit keeps the kernel cache under llama_server_state_dir",
-}
+})
 
-FLAG_VARIABLE = dict((flag, var) for flags, var in _ROLE_FLAGS for flag in flags)
-_ENV_PREFIX = "LLAMA_ARG_"
+FLAG_VARIABLE = dict((flag, var) for flags, var in _ROLE_FLAGS for flag in rules.spellings(*flags))
+_ENV_PREFIX = rules.ENV_ARG_PREFIX
 _FLAG_RE = re.compile(r"^(-{1,2}[A-Za-z][A-Za-z0-9-]*)(=.*)?$")
 
 

@@ -41,12 +41,16 @@ import datetime
 import errno
 import glob
 import grp
-import hashlib
 import os
 import pwd
 import re
 import shutil
 import stat
+
+if __name__.startswith('ansible_collections.'):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
+else:  # plain python with plugins/module_utils on sys.path
+    from sha256 import sha256_file
 
 MANIFEST_NAME = 'MANIFEST'
 MANIFEST_HEADER = '# dankfleet.llm trash MANIFEST v2'
@@ -79,14 +83,6 @@ UNIT_NAME = re.compile(r'^(?![.@])[A-Za-z0-9:_.@\\-]+\.(service|socket|device|mo
 
 class TrashError(Exception):
     """A refusal with a message that names the path and what to do about it."""
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, 'rb') as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b''):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _name_of_uid(uid):
@@ -202,8 +198,11 @@ def trash_path(trash_dir, path):
     return os.path.join(trash_dir, os.path.normpath(path).lstrip('/'))
 
 
-def describe(path, given=None):
-    """One MANIFEST file row (as a dict) for an existing file or symlink."""
+def describe(path, given=None, sha256=None):
+    """One MANIFEST file row (as a dict) for an existing file or symlink.
+
+    ``sha256``: the caller's digest of this very regular file, taken instead of hashing it again.
+    """
     _check_text(path, 'path')
     _check_text(given or path, 'path')
     st = os.lstat(path)
@@ -221,7 +220,7 @@ def describe(path, given=None):
         row['link_target'] = _check_text(os.readlink(path), 'link target of %s' % path)
     elif stat.S_ISREG(st.st_mode):
         row['kind'] = 'file'
-        row['sha256'] = sha256_file(path)
+        row['sha256'] = sha256 or sha256_file(path)
     else:
         raise TrashError('%s is neither a regular file nor a symlink: list the files inside it instead' % path)
     return row
@@ -399,8 +398,22 @@ def _verify(path, row):
     return problems
 
 
-def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
+def _result(plan, trash_dir, manifest):
+    """What retire and restore report of a plan of (src, dest, row) moves."""
+    return {
+        'changed': bool(plan),
+        'trash_dir': trash_dir,
+        'manifest': manifest,
+        'moves': [{'src': src, 'dest': dest, 'kind': row['kind'], 'sha256': row['sha256'],
+                   'link_target': row['link_target']} for src, dest, row in plan],
+    }
+
+
+def retire(trash_dir, paths, units=(), check_mode=False, comments=(), known_sha256=None):
     """Move ``paths`` (and what they expand to) into ``trash_dir``; return what happened.
+
+    ``known_sha256`` maps a path as given to the sha256 its caller just computed of it (a multi-GiB
+    file is then not hashed again for its row); the file in the trash is still verified against it.
 
     A path that is absent but already sits in the trash counts as retired; one that is
     absent everywhere is reported as missing. A path whose trash slot is taken by
@@ -424,7 +437,7 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
         if trash_dir.startswith(path.rstrip('/') + '/'):
             raise TrashError('the trash directory %s lies inside %s: it cannot be retired into itself' % (trash_dir, given))
         if os.path.lexists(path):
-            row = describe(path, given)
+            row = describe(path, given, (known_sha256 or {}).get(given))
             if os.path.lexists(dest):
                 raise TrashError(
                     '%s cannot be retired: %s already exists in the trash (an earlier retire into the same '
@@ -440,16 +453,12 @@ def retire(trash_dir, paths, units=(), check_mode=False, comments=()):
             else:
                 missing.append(path)
 
-    result = {
-        'changed': bool(plan),
-        'trash_dir': trash_dir,
-        'manifest': manifest,
-        'moves': [{'src': p, 'dest': d, 'kind': r['kind'], 'sha256': r['sha256'], 'link_target': r['link_target']}
-                  for p, d, r in plan],
+    result = _result(plan, trash_dir, manifest)
+    result.update({
         'already_retired': already,
         'missing': missing,
         'duplicates': duplicates,
-    }
+    })
     if check_mode or not plan:
         return result
 
@@ -522,16 +531,8 @@ def restore(trash_dir, check_mode=False, now=None):
                              % (src, '; '.join(problems)))
         plan.append((src, dest, row))
 
-    result = {
-        'changed': bool(plan),
-        'trash_dir': trash_dir,
-        'manifest': manifest,
-        'moves': [{'src': s, 'dest': d, 'kind': r['kind'], 'sha256': r['sha256'], 'link_target': r['link_target']}
-                  for s, d, r in plan],
-        'in_place': in_place,
-        'already_restored': False,
-        'units': units,
-    }
+    result = _result(plan, trash_dir, manifest)
+    result.update({'in_place': in_place, 'already_restored': False, 'units': units})
     if check_mode:
         return result
     for src, dest, row in plan:

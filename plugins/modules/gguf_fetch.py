@@ -23,9 +23,15 @@ description:
   - A present O(dest) is verified first, by its stamp C(<dest>.verified.json)
     (size, mtime, inode, sha256; written after a full hash matched) or, with
     O(verify=full), by re-hashing it. A present file that does not match is
-    moved to O(trash_dir) with a C(.note) saying what was expected and found,
-    never deleted, and then downloaded again. A complete C(.part) that does
-    not match is moved to the trash too and the task fails.
+    moved into O(trash_dir), never deleted, and then downloaded again. A
+    complete C(.part) that does not match is moved to the trash too and the
+    task fails.
+  - Each move gets a directory of its own, C(<trash_dir>/<UTC time>-<file>/),
+    in M(dankfleet.llm.trash_files)' format - the file (with its stamp) at its
+    absolute path below it and a C(MANIFEST) of owner, group, mode and sha256
+    whose comments say what was expected and found - so
+    M(dankfleet.llm.trash_files) with C(state=restored)
+    puts it back byte-identical.
   - Connection loss, stalls (no byte for O(timeout) seconds) and HTTP
     408/425/429/5xx are retried with exponential backoff from where the
     C(.part) ends. A server that ignores Range (200 instead of 206) restarts
@@ -108,7 +114,8 @@ options:
     default: 30.0
   trash_dir:
     description:
-      - Where mismatching files are moved, each with a C(.note).
+      - Where mismatching files are moved, each move in a directory of its own with a C(MANIFEST)
+        (M(dankfleet.llm.trash_files)' format).
       - Defaults to C(.trash) in the directory of O(dest) (same filesystem, so the move is a rename).
       - Must be absolute.
     type: path
@@ -279,12 +286,17 @@ mismatch:
   type: dict
   sample: {"reason": "size mismatch: expected 1455376576 bytes, found 1359284737", "found_size": 1359284737, "found_sha256": null}
 trashed:
-  description: Files moved to the trash in this run, each with its note path and the reason.
+  description:
+    - Files moved to the trash in this run, each with C(path) (where it is now), C(from), C(reason),
+      C(trash_dir) (the move's own directory, what M(dankfleet.llm.trash_files) restores),
+      C(manifest) (its MANIFEST) and C(note) (the same MANIFEST, whose comments say what was expected and found).
   returned: always
   type: list
   elements: dict
-  sample: [{"path": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf",
-            "note": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf.note",
+  sample: [{"path": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf/var/lib/dankfleet/models/m/x.gguf",
+            "trash_dir": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf",
+            "manifest": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf/MANIFEST",
+            "note": "/var/lib/dankfleet/models/.trash/20260916T101500.000000Z-x.gguf/MANIFEST",
             "reason": "sha256 mismatch: ...", "from": "/var/lib/dankfleet/models/m/x.gguf"}]
 disk:
   description: The free-disk preflight (free_bytes, needed_bytes, to_download_bytes, margin_bytes, path).

@@ -27,14 +27,9 @@ description:
   - Stdlib only; run it on the host that serves (the endpoint usually binds loopback).
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.endpoint
 options:
-  url:
-    description: Base URL of the endpoint.
-    type: str
-    required: true
-  api_key:
-    description: Bearer key when the endpoint runs with C(--api-key).
-    type: str
   shapes:
     description: Shapes to run, in order.
     type: list

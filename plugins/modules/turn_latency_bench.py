@@ -21,14 +21,9 @@ description:
   - Stdlib only; run it on the host that serves.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.endpoint
 options:
-  url:
-    description: Base URL of the endpoint.
-    type: str
-    required: true
-  api_key:
-    description: Bearer key when the endpoint runs with C(--api-key).
-    type: str
   model:
     description: C(model) field of the requests (the endpoint's alias); empty leaves it out.
     type: str

@@ -238,6 +238,43 @@ for set in ${GPU9_SETS:-} ${GPU9_SETS_LATE:-}; do
   step "fit-params $set rc=$?"
 done
 
+# ---- issue 18: plan vs actual through dankfleet.llm.plan_actual on a live CUDA endpoint --------------
+# GPU9_PVA: rendered serve directories under $W (env file + plan.json); each is started with the role's
+# launcher, answers one real request, then tests/gpu/plan_actual_device.yml measures and records
+# (out/pva/plan-vs-actual.json, one record per directory, and the node-exporter textfile).
+if has pva; then
+  mkdir -p "$OUT/pva"
+  for d in ${GPU9_PVA:-serve27}; do
+    step "pva: $d"
+    port=$(sed -n 's/^LISTEN_PORT=//p' "$W/$d/llama-server.env")
+    LLAMA_SERVER_ENV_FILE=$W/$d/llama-server.env setsid "$W/$d/serve-llama-server" > "$OUT/pva/${d//\//_}.server.log" 2>&1 &
+    spid=$!
+    ok=0
+    for _ in $(seq 1 300); do
+      kill -0 "$spid" 2>/dev/null || break
+      if "$PY" - "$port" <<'PYEOF' 2>/dev/null; then ok=1; break; fi
+import json, sys, urllib.request
+port = sys.argv[1]
+urllib.request.urlopen("http://127.0.0.1:%s/health" % port, timeout=2).read()
+req = urllib.request.Request("http://127.0.0.1:%s/completion" % port, method="POST",
+                             data=json.dumps({"prompt": "The plan and the actual", "n_predict": 16}).encode(),
+                             headers={"Content-Type": "application/json"})
+print(json.loads(urllib.request.urlopen(req, timeout=120).read())["tokens_predicted"])
+PYEOF
+      sleep 2
+    done
+    step "pva $d: server pid $spid ready=$ok; compute apps: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')"
+    if [[ $ok == 1 ]]; then
+      ( cd "$R" && "$PY" -m ansible playbook tests/gpu/plan_actual_device.yml -e pva_serve_dir="$W/$d" \
+          -e pva_pid="$spid" -e pva_state_dir="$OUT/pva" -e ansible_python_interpreter="$(command -v "$PY")" ) \
+        > "$OUT/pva/${d//\//_}.playbook.log" 2>&1
+      step "pva $d playbook rc=$?"
+      grep -E 'CUDA|host|misses|fatal|FAILED' "$OUT/pva/${d//\//_}.playbook.log" | head -12 >> "$OUT/progress.log"
+    fi
+    kill -INT "$spid" 2>/dev/null; sleep 5; kill -KILL "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+  done
+fi
+
 # ---- 3b: the split loads (a ggml-rpc-server with the CUDA backend on the same GPU) -------------
 if has matrix; then
 step "matrix: split over CUDA0 + RPC0"

@@ -194,8 +194,14 @@ def test_wrong_bytes_fail_and_part_goes_to_trash(served, tmp_path):
     (entry,) = e.value.result["trashed"]
     moved = open(entry["path"], "rb").read()
     assert len(moved) == SIZE and moved != served["data"]
-    note = open(entry["note"]).read()
-    assert served["sha256"] in note and hashlib.sha256(moved).hexdigest() in note
+    part = str(dest) + PART_SUFFIX
+    assert entry["path"] == os.path.join(entry["trash_dir"], part.lstrip("/"))  # trash_files' layout
+    assert entry["note"] == entry["manifest"] == os.path.join(entry["trash_dir"], "MANIFEST")
+    manifest = open(entry["manifest"]).read()
+    assert manifest.startswith("# dankfleet.llm trash MANIFEST v2\n")
+    mode = "%04o" % (os.stat(entry["path"]).st_mode & 0o7777)
+    assert "\t%s\t%s\t-\t%s\n" % (mode, hashlib.sha256(moved).hexdigest(), part) in manifest  # mode sha256 link given
+    assert "expected size %d sha256 %s" % (SIZE, served["sha256"]) in manifest
 
 
 # -- stall: timeout, then retry -------------------------------------------
@@ -391,9 +397,9 @@ def test_corrupt_present_file_is_moved_to_trash_then_refetched(served, tmp_path)
     assert_verified_on_disk(served, dest)
     (entry,) = r["trashed"]
     assert open(entry["path"], "rb").read() == bytes(corrupt)  # moved, never deleted
-    note = open(entry["note"]).read()
-    assert "expected size %d sha256 %s" % (SIZE, served["sha256"]) in note
-    assert hashlib.sha256(bytes(corrupt)).hexdigest() in note
+    manifest = open(entry["manifest"]).read()
+    assert "expected size %d sha256 %s" % (SIZE, served["sha256"]) in manifest
+    assert "found    size %d sha256 %s" % (SIZE, hashlib.sha256(bytes(corrupt)).hexdigest()) in manifest
 
 
 def test_short_present_file_is_a_size_mismatch_without_hashing(served, tmp_path):

@@ -4,7 +4,8 @@ converge fetched three files from the mirror (the drafter through a dropped
 connection), side_effect removed/corrupted/truncated them and the role repaired
 them; here every file must match the source's manifest, carry a stamp that
 vouches for this very inode, be owned by the serve user, and the corrupted
-drafter must sit in the trash with a note, not be gone.
+drafter must sit in the trash with its stamp, in a directory of its own with
+trash_files' MANIFEST (expected vs found in its comments), not be gone.
 
 The host's state is collected by one script in the container (each testinfra
 call through the ansible backend costs seconds on the shared CI box).
@@ -23,11 +24,8 @@ COLLECT = r"""
 import grp, hashlib, json, os, pwd, subprocess, sys
 models, files = sys.argv[1], json.loads(sys.argv[2])
 def sha(p):
-    h = hashlib.sha256()
     with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 out = {"files": {}, "trash": {}}
 for role, path in files.items():
     st = os.stat(path)
@@ -39,9 +37,15 @@ for role, path in files.items():
     }
 trash = os.path.join(models, ".trash")
 out["trash_mode"] = os.stat(trash).st_mode & 0o7777
-for name in sorted(os.listdir(trash)):
-    p = os.path.join(trash, name)
-    out["trash"][name] = open(p).read() if name.endswith(".note") else sha(p)
+for event in sorted(os.listdir(trash)):
+    top = os.path.join(trash, event)
+    out["trash"][event] = {"mode": os.stat(top).st_mode & 0o7777, "manifest": open(os.path.join(top, "MANIFEST")).read(),
+                           "files": {}}
+    for root, dirs, names in os.walk(top):
+        for name in names:
+            p = os.path.join(root, name)
+            if p != os.path.join(top, "MANIFEST"):
+                out["trash"][event]["files"]["/" + os.path.relpath(p, top)] = sha(p)
 out["log"] = open("/var/log/dankfleet/gguf_fetch.log").read()
 out["manifest"] = json.load(open("/srv/dankfleet-cache/models/MANIFEST.json"))
 out["mirror"] = subprocess.run(["systemctl", "is-active", "gguf-fetch-mirror"],
@@ -74,15 +78,22 @@ def test_stamp_vouches_for_this_inode(state, role):
     assert f["stamp"]["sha256"] == state["manifest"][name]["sha256"]
 
 
-def test_corrupted_drafter_is_in_the_trash_with_a_note(state):
-    src = state["manifest"]["draft-dflash"]
+def test_corrupted_drafter_is_in_the_trash_with_its_manifest(state):
+    src, drafter = state["manifest"]["draft-dflash"], FILES["drafter"][1]
     assert state["trash_mode"] == 0o700
-    moved = [n for n in state["trash"] if n.endswith("-draft-dflash.gguf")]
-    assert len(moved) == 1, sorted(state["trash"])
-    assert state["trash"][moved[0]] != src["sha256"]  # the corrupted bytes, kept
-    note = state["trash"][moved[0] + ".note"]
-    assert f"expected size {src['size']} sha256 {src['sha256']}" in note
-    assert f"found    size {src['size']} sha256 {state['trash'][moved[0]]}" in note
+    (event,) = state["trash"].values()
+    assert event["mode"] == 0o700
+    moved = event["files"][drafter]
+    assert moved != src["sha256"]  # the corrupted bytes, kept at their own path below the trash directory
+    assert sorted(event["files"]) == [drafter, drafter + ".verified.json"]
+    manifest = event["manifest"]
+    assert manifest.startswith("# dankfleet.llm trash MANIFEST v2\n")
+    rows = dict((cells[1], cells) for cells in (line.split("\t") for line in manifest.splitlines())
+                if cells[0] == "file")
+    assert rows[drafter][2:6] == ["llama", "llama", "0644", moved]  # what restore puts back and checks
+    assert rows[drafter + ".verified.json"][5] == event["files"][drafter + ".verified.json"]
+    assert f"expected size {src['size']} sha256 {src['sha256']}" in manifest
+    assert f"found    size {src['size']} sha256 {moved}" in manifest
 
 
 def test_progress_log_shows_the_dropped_connection_and_the_resume(state):

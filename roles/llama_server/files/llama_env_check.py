@@ -21,6 +21,9 @@ import json
 import re
 import sys
 
+# llama.cpp b11434's rules (HIP_BARE, SPEC_TYPES, MODEL_BACKED, the SPLIT_MODE/FLASH_ATTN/REASONING choices) are a
+# stdlib copy of plugins/module_utils/llama_cpp_rules.py; tests/unit/plugins/module_utils/test_llama_cpp_rules.py
+# fails when the two disagree.
 HIP_BARE = ('TEMP', 'HOST', 'GPU_MAX_HEAP_SIZE')
 REQUIRED = ('LLAMA_BIN', 'MODEL_PATH', 'ALIAS', 'BIND_ADDR', 'LISTEN_PORT', 'CTX_SIZE', 'PARALLEL')
 INTEGERS = ('LISTEN_PORT', 'LOG_VERBOSITY', 'CTX_SIZE', 'PARALLEL', 'BATCH_SIZE', 'UBATCH_SIZE', 'NGL', 'NUM_THREADS',

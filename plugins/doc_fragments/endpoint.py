@@ -1,0 +1,21 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    """The llama-server endpoint a module talks to (module_utils/bench_endpoint.Endpoint)."""
+
+    DOCUMENTATION = r'''
+options:
+  url:
+    description: Base URL of the endpoint.
+    type: str
+    required: true
+  api_key:
+    description: Bearer key when the endpoint runs with C(--api-key).
+    type: str
+'''
