@@ -30,7 +30,7 @@ import os
 import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import METRIC_DRAFTS, Endpoint, parse_metrics
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import MODEL_DRAFT_TYPES
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import MODEL_DRAFT_TYPES
 from ansible_collections.dankfleet.llm.plugins.module_utils.rpc_fleet import missing_devices
 
 MIB = 1048576
