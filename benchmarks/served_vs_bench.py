@@ -35,20 +35,14 @@ import urllib.request
 from pathlib import Path
 
 from measure_llamacpp_buffers import post_json, prompt_tokens, stop_server, wait_health
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import read_env_file
 
 HERE = Path(__file__).resolve().parent
 
 
 def read_env(path):
-    """The env file's assignments as the launcher sees them (bash `set -a; . file`)."""
-    out = subprocess.run(["bash", "-c", 'set -a; . "$1"; set +a; env -0', "-", str(path)], capture_output=True,
-                         check=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout
-    env = {}
-    for item in out.split(b"\0"):
-        if b"=" in item:
-            k, v = item.split(b"=", 1)
-            env[k.decode()] = v.decode()
-    return env
+    """The env file's assignments as the service gets them (the collection's one env-file reader)."""
+    return read_env_file(str(path))[0]
 
 
 def bench_args(env, prompt, gen, reps):

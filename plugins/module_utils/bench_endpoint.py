@@ -20,7 +20,9 @@ import re
 import subprocess
 import time
 
+from http.client import HTTPException
 from urllib.error import HTTPError, URLError
+from urllib.request import ProxyHandler, Request, build_opener
 
 from ansible.module_utils.urls import open_url
 
@@ -33,6 +35,10 @@ METRIC_ACCEPTED = 'llamacpp:spec_decode_num_accepted_tokens_total'
 METRIC_PROMPT_TOKENS = 'llamacpp:prompt_tokens_total'
 METRIC_PROMPT_CACHED = 'llamacpp:prompt_tokens_cached_total'
 METRIC_PREDICTED = 'llamacpp:tokens_predicted_total'
+
+
+# No proxy from the environment: the endpoint is the host's own.
+_PLAIN_HTTP = build_opener(ProxyHandler({}))
 
 
 class BenchError(Exception):
@@ -54,14 +60,29 @@ class Endpoint(object):
             headers['Content-Type'] = 'application/json'
         if self.api_key:
             headers['Authorization'] = 'Bearer %s' % self.api_key
-        # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
-        resp = open_url(self.url + path, data=data, headers=headers, method='GET' if data is None else 'POST',
-                        timeout=self.timeout if timeout is None else timeout, use_proxy=False,
-                        follow_redirects='safe')
+        method = 'GET' if data is None else 'POST'
+        timeout = self.timeout if timeout is None else timeout
+        if self.url.startswith('http://'):
+            # plain HTTP: open_url builds a TLS context (the system CA store, ~80 ms of CPU) on every request
+            resp = _PLAIN_HTTP.open(Request(self.url + path, data=data, headers=headers, method=method), timeout=timeout)
+        else:
+            # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
+            resp = open_url(self.url + path, data=data, headers=headers, method=method, timeout=timeout,
+                            use_proxy=False, follow_redirects='safe')
         try:
             return resp.getcode(), resp.read().decode('utf-8', 'replace')
         finally:
             resp.close()
+
+    def call(self, path, payload=None, timeout=None):
+        """(HTTP status, body text) of one request that never raises: an HTTP error is its status and
+        body, a request that got no answer (refused, timed out, reset) is (-1, the reason)."""
+        try:
+            return self._request(path, payload, timeout=timeout)
+        except HTTPError as exc:
+            return exc.code, _body(exc, limit=None)
+        except (URLError, OSError, HTTPException) as exc:
+            return -1, str(getattr(exc, 'reason', None) or exc) or exc.__class__.__name__
 
     def get_text(self, path, timeout=None):
         try:
@@ -122,9 +143,9 @@ class Endpoint(object):
             time.sleep(0.25)
 
 
-def _body(exc):
+def _body(exc, limit=500):
     try:
-        return exc.read().decode('utf-8', 'replace')[:500]
+        return exc.read().decode('utf-8', 'replace')[:limit]
     except Exception:  # pylint: disable=broad-except
         return ''
 

@@ -33,8 +33,10 @@ import time
 
 try:
     from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
+    from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
 except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
     from gpu_facts import INTEGRATED_GFX, gfx_target
+    from llama_env import LlamaEnvError, read_env_file as _read_env
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -471,25 +473,11 @@ def env_shape(env):
 
 
 def read_env_file(path):
-    """KEY=VALUE lines of the role's env file (the quoting it writes: bare, '...', "..."), comments skipped."""
-    out = {}
+    """The live env file's variables, read by the one env-file reader (module_utils/llama_env.py)."""
     try:
-        with open(path) as handle:
-            text = handle.read()
-    except (IOError, OSError) as exc:
-        raise PlanActualError("env_file %s is not readable (%s): pass the live env file of the service" % (path, exc))
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            inner = value[1:-1]
-            if value[0] == '"':
-                inner = re.sub(r'\\(["\\`$])', r"\1", inner)
-            value = inner
-        out[key.strip()] = value
-    return out
+        return _read_env(path)[0]
+    except LlamaEnvError as exc:
+        raise PlanActualError("%s: pass the live env file of the service" % exc)
 
 
 def model_sha256(model_path, given=""):
