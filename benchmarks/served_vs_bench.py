@@ -34,10 +34,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import import_paths  # noqa: F401 - run as a script: the collection on sys.path
 from measure_llamacpp_buffers import post_json, prompt_tokens, stop_server, wait_health
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import read_env_file
 
-HERE = Path(__file__).resolve().parent
 
 
 def read_env(path):
