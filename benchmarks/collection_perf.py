@@ -10,7 +10,7 @@ fetch ratio against curl.
    is a first converge.
 2. ``--deploy`` (default ``make lab``) runs twice. Per run: wall time, the PLAY RECAP's changed /
    failed / unreachable counts (summed over hosts), and the endpoint's MainPID read with ``--pid``
-   afterwards (default: ``systemctl show`` of llama-server.service in the lab container).
+   afterwards (default: ``systemctl show`` of frank-medium.service, the lab's endpoint, in the lab container).
    The re-run must report changed=0 and leave MainPID where it was; otherwise this exits 1
    naming what moved - idempotence is a figure here, not a hope. Printed: both wall times, their
    ratio re-run / first converge (target <= 0.20: a no-change re-run is cheap), the tasks each ran
@@ -42,8 +42,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# the lab's endpoint unit: inventory/lab's llama_server_service_name (frank-medium)
 DEFAULT_PID = ("source tests/lab/podman-env.sh && "
-               "podman exec dankfleet-lab systemctl show --property=MainPID --value llama-server.service")
+               "podman exec dankfleet-lab systemctl show --property=MainPID --value frank-medium.service")
 RECAP_LINE = re.compile(r"^(?P<host>\S+)\s*:\s*(?P<counts>(?:\w+=\d+\s*)+)$")
 # ansible.posix.profile_tasks' summary: "<task name> ------------ 1.23s"
 PROFILE_LINE = re.compile(r"^(?P<task>\S.*?) ?-+ (?P<s>[0-9]+\.[0-9]+)s$")
