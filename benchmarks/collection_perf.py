@@ -258,8 +258,8 @@ def main(argv=None) -> int:
     rt = result["ratio"]
     print(f"re-run / first converge: {rt['value']} ({'met' if rt['met'] else 'NOT met'}, target <= {rt['target']:.2f})")
     if second["steps"]:
-        print("re-run, where the time went: " + ", ".join(f"{s['step'].strip()} {s['seconds']} s" for s in second["steps"]
-                                                        if s["step"] != "total"))
+        spent = [f"{s['step'].strip()} {s['seconds']} s" for s in second["steps"] if s["step"] != "total"]
+        print("re-run, where the time went: " + ", ".join(spent))
     if args.profile:
         p = second["profile"]
         print(f"re-run, profiled: {p['tasks']} tasks in {p['seconds']} s; {p['host_tasks']} of them >= 0.1 s "
