@@ -75,9 +75,8 @@ def test_a_module_is_one_interactive_exec(container, tmp_path):
     payload = "x" * (3 * 1024 * 1024)  # a 3 MiB module argument: the module arrives over stdin
     text = _play(tmp_path, name, env, [
         {"name": "ping", "ansible.builtin.ping": {}},
-        {"name": "big", "ansible.builtin.command": {"argv": ["wc", "-c"], "stdin": payload,
-                                                   "stdin_add_newline": False},
-         "register": "big"},
+        {"name": "big", "register": "big",
+         "ansible.builtin.command": {"argv": ["wc", "-c"], "stdin": payload, "stdin_add_newline": False}},
         {"name": "show big", "ansible.builtin.debug": {"var": "big.stdout"}},
         {"name": "become", "ansible.builtin.command": {"argv": ["id", "-un"]}, "become": True,
          "become_user": "nobody", "register": "who"},
