@@ -30,7 +30,7 @@ help:
 	@echo "make lab       - deploy frank-medium (lab profile) into the local systemd container"
 	@echo "make test      - yamllint, ansible-lint, ansible-test sanity, pytest, every molecule scenario"
 	@echo "make test-fast - yamllint, ansible-lint, ansible-test sanity, unit tests (the inner loop)"
-	@echo "make clean-lab - remove the lab container (the build cache stays)"
+	@echo "make clean-lab - remove the lab container and its cached facts (the build cache stays)"
 	@echo "make host-deps - install the OS packages (root on Debian/Ubuntu) or say what to install"
 	@echo "make venv      - create .venv from requirements.txt (other targets do this on first use)"
 
@@ -87,10 +87,11 @@ test:
 test-fast:
 	@$(STEPS) "make test-fast" host-deps venv lint sanity unit
 
+# The prelude runs once, as steps of its own; lab-deploy alone (make lab-deploy) checks it itself.
 lab:
-	@$(STEPS) "make lab" host-deps venv lab-image llama-server models lab-deploy
+	@LAB_PRELUDE_DONE=1 $(STEPS) "make lab" host-deps venv lab-image llama-server models lab-deploy
 
-lab-deploy: venv lab-image llama-server models
+lab-deploy: venv $(if $(LAB_PRELUDE_DONE),,lab-image llama-server models)
 	tests/lab/lab.sh $(LAB_ARGS)
 
 build: venv
@@ -98,3 +99,4 @@ build: venv
 
 clean-lab:
 	source tests/lab/podman-env.sh; podman rm -f dankfleet-lab || true
+	rm -rf .lab/fact-cache/dankfleet-lab

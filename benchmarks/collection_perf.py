@@ -4,16 +4,27 @@ fetch ratio against curl.
 
     python benchmarks/collection_perf.py [--fresh CMD] [--deploy CMD] [--pid CMD] [--no-fetch]
                                          [--fetch-args "--size-gib 1 --rounds 3"] [--out FILE]
+                                         [--profile] [--floor N]
 
 1. ``--fresh`` (optional, e.g. ``make clean-lab``) puts the lab back to nothing, so the next run
    is a first converge.
 2. ``--deploy`` (default ``make lab``) runs twice. Per run: wall time, the PLAY RECAP's changed /
    failed / unreachable counts (summed over hosts), and the endpoint's MainPID read with ``--pid``
-   afterwards (default: ``systemctl show`` of llama-server.service in the lab container).
+   afterwards (default: ``systemctl show`` of frank-medium.service, the lab's endpoint, in the lab container).
    The re-run must report changed=0 and leave MainPID where it was; otherwise this exits 1
-   naming what moved - idempotence is a figure here, not a hope.
+   naming what moved - idempotence is a figure here, not a hope. Printed: both wall times, their
+   ratio re-run / first converge (target <= 0.20: a no-change re-run is cheap), the tasks each ran
+   (the recap's ok, which counts the changed ones too) and, from ``make lab``'s step table, where the re-run's time went.
+   ``--profile`` turns on ``ansible.posix.profile_tasks`` for both runs and prints the re-run's
+   slowest tasks. Each run's whole output is kept beside the JSON (``<out>.first.log``, ``.rerun.log``).
 3. ``benchmarks/fetch_vs_curl.py`` (the fetch branch's benchmark), when present, runs with
    ``--fetch-args``; its median wall ratios gguf_fetch/curl are reported (target <= 1.10).
+
+4. ``--floor N`` (after the runs, on the converged lab): one profiled playbook of N
+   ``ansible.builtin.ping`` tasks and N controller-only ``debug`` tasks against ``--floor-host`` of
+   ``--floor-inventory`` (default: the lab container): the median seconds of a task over the
+   connection and on the controller alone - what one task costs at the least - and the playbook's
+   time outside its tasks (start-up, parsing).
 
 Commands run through ``bash -c`` from the repo root. Prints a table and writes JSON to
 ``--out`` (default benchmarks/results/collection-perf-<UTC stamp>.json).
@@ -31,9 +42,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# the lab's endpoint unit: inventory/lab's llama_server_service_name (frank-medium)
 DEFAULT_PID = ("source tests/lab/podman-env.sh && "
-               "podman exec dankfleet-lab systemctl show --property=MainPID --value llama-server.service")
+               "podman exec dankfleet-lab systemctl show --property=MainPID --value frank-medium.service")
 RECAP_LINE = re.compile(r"^(?P<host>\S+)\s*:\s*(?P<counts>(?:\w+=\d+\s*)+)$")
+# ansible.posix.profile_tasks' summary: "<task name> ------------ 1.23s"
+PROFILE_LINE = re.compile(r"^(?P<task>\S.*?) ?-+ (?P<s>[0-9]+\.[0-9]+)s$")
+# tests/lab/steps.sh's table: "  <step>   <seconds>  <result>"
+STEPS_HEAD = re.compile(r"^(?P<title>.+): where the time went$")
+STEPS_ROW = re.compile(r"^  (?P<step>\s*\S.*?)\s+(?P<s>[0-9]+)  (?P<result>\S.*)$")
+RATIO_TARGET = 0.20
 FETCH_LINE = re.compile(r"median gguf_fetch fsync=(?P<fsync>\w+):.*?wall ratio (?P<wall>[0-9.]+)"
                         r".*?cpu ratio (?P<cpu>[0-9.]+)")
 
@@ -60,6 +78,36 @@ def parse_recap(text: str) -> dict:
     return dict(total, hosts=hosts)
 
 
+def parse_profile(text: str) -> list:
+    """profile_tasks' summaries (one per playbook run) -> [(task, seconds)] in the order printed."""
+    return [(m.group("task"), float(m.group("s"))) for m in map(PROFILE_LINE.match, text.splitlines()) if m]
+
+
+def parse_steps(text: str) -> list:
+    """The last steps.sh table in the output -> [{step, seconds, result}] (finer rows keep their indent)."""
+    rows, in_table = [], False
+    for line in text.splitlines():
+        if STEPS_HEAD.match(line):
+            rows, in_table = [], True
+            continue
+        if in_table:
+            match = STEPS_ROW.match(line)
+            if match and match.group("step") not in ("step", "----"):
+                rows.append({"step": match.group("step"), "seconds": int(match.group("s")), "result": match.group("result").strip()})
+            elif not line.strip() or (match is None and not line.startswith("  ")):
+                in_table = False
+    return rows
+
+
+def profile_summary(tasks: list, top: int = 12) -> dict:
+    """Timed tasks -> count, sum, how many went to the host (>= 0.1 s) and the slowest ones."""
+    host = sorted(s for _, s in tasks if s >= 0.1)
+    return {"tasks": len(tasks), "seconds": round(sum(s for _, s in tasks), 2),
+            "host_tasks": len(host), "host_seconds": round(sum(host), 2),
+            "host_median_s": host[len(host) // 2] if host else None,
+            "slowest": [{"task": t, "s": s} for t, s in sorted(tasks, key=lambda x: -x[1])[:top]]}
+
+
 def parse_fetch(text: str) -> list:
     """fetch_vs_curl.py's summary lines -> [{fsync, wall_ratio, cpu_ratio, met}]."""
     out = []
@@ -70,15 +118,19 @@ def parse_fetch(text: str) -> list:
     return out
 
 
-def run(command: str, timeout: float) -> tuple:
+def run(command: str, timeout: float, env: dict = None) -> tuple:
     t0 = time.monotonic()
-    proc = subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
     return proc, time.monotonic() - t0
 
 
-def deploy_once(label: str, deploy: str, pid: str, timeout: float) -> dict:
-    proc, wall = run(deploy, timeout)
+def deploy_once(label: str, deploy: str, pid: str, timeout: float, env: dict = None, log: Path = None) -> dict:
+    proc, wall = run(deploy, timeout, env)
     text = proc.stdout + proc.stderr
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(text)
     if proc.returncode != 0:
         raise SystemExit(f"{label}: `{deploy}` exited {proc.returncode}; its last lines:\n" + "\n".join(text.splitlines()[-30:]))
     try:
@@ -89,7 +141,47 @@ def deploy_once(label: str, deploy: str, pid: str, timeout: float) -> dict:
     main_pid = pid_proc.stdout.strip() if pid_proc.returncode == 0 else None
     return {"run": label, "wall_s": round(wall, 1), "changed": recap["changed"], "ok": recap["ok"],
             "failed": recap["failed"], "unreachable": recap["unreachable"], "hosts": recap["hosts"],
-            "main_pid": main_pid, "pid_error": None if main_pid else (pid_proc.stderr.strip() or "no output")}
+            "main_pid": main_pid, "pid_error": None if main_pid else (pid_proc.stderr.strip() or "no output"),
+            "steps": parse_steps(text), "profile": profile_summary(parse_profile(text)),
+            "log": str(log) if log else None}
+
+
+def ratio(first: dict, second: dict) -> dict:
+    """The re-run's wall time over the first converge's, against the target."""
+    value = round(second["wall_s"] / first["wall_s"], 3) if first["wall_s"] > 0 else None
+    return {"value": value, "target": RATIO_TARGET, "met": value is not None and value <= RATIO_TARGET}
+
+
+FLOOR_ENV = ("source tests/lab/podman-env.sh && export ANSIBLE_CONFIG=$PWD/ansible.cfg "
+             "ANSIBLE_COLLECTIONS_PATH=$PWD/collections ANSIBLE_ROLES_PATH=$PWD/roles:$PWD/tests/lab/roles && ")
+
+
+def task_floor(n: int, inventory: str, host: str, timeout: float) -> dict:
+    """Seconds per task at the least, from one profiled run of n ping tasks (a module over the connection)
+    and n debug tasks (the controller alone): the median of each kind, and what the run spent outside tasks."""
+    import tempfile
+    beside = Path(sys.executable).parent / "ansible-playbook"  # the venv's, when run with its python
+    playbook = str(beside) if beside.is_file() else "ansible-playbook"
+    tasks = ([{"name": f"floor ping {i}", "ansible.builtin.ping": {}} for i in range(n)]
+             + [{"name": f"floor debug {i}", "ansible.builtin.debug": {"msg": "x"}} for i in range(n)])
+    with tempfile.TemporaryDirectory() as tmp:
+        book = Path(tmp) / "floor.yml"
+        book.write_text(json.dumps([{"hosts": host, "gather_facts": False, "tasks": tasks}]))
+        proc, wall = run(f"{FLOOR_ENV}{playbook} -i {inventory} {book}", timeout,
+                         {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+                          "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"})
+    if proc.returncode != 0:
+        raise SystemExit(f"floor: ansible-playbook exited {proc.returncode}:\n" + (proc.stdout + proc.stderr)[-2000:])
+    timed = parse_profile(proc.stdout)
+
+    def median(kind):
+        values = sorted(s for t, s in timed if t.startswith(f"floor {kind} "))
+        if len(values) != n:
+            raise SystemExit(f"floor: {len(values)} {kind} task times in the profile, expected {n}")
+        return values[n // 2]
+    return {"tasks": n, "inventory": inventory, "host": host, "connection_s_per_task": median("ping"),
+            "controller_s_per_task": median("debug"),
+            "outside_tasks_s": round(wall - sum(s for _, s in timed), 2)}
 
 
 def judge(first: dict, second: dict) -> list:
@@ -115,7 +207,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fetch", action="store_true", help="skip benchmarks/fetch_vs_curl.py")
     ap.add_argument("--fetch-args", default="--size-gib 1 --rounds 3")
     ap.add_argument("--out", default="", help="JSON result file")
+    ap.add_argument("--profile", action="store_true",
+                    help="time every task (ansible.posix.profile_tasks) and print the re-run's slowest")
+    ap.add_argument("--floor", type=int, default=0, metavar="N",
+                    help="after the runs, time N ping and N debug tasks: the per-task floor (0: skip)")
+    ap.add_argument("--floor-inventory", default="inventory/lab")
+    ap.add_argument("--floor-host", default="dankfleet-lab")
     args = ap.parse_args(argv)
+    if args.floor == 1 or args.floor < 0:
+        ap.error("--floor needs 2 tasks or more (0 skips it)")
 
     result = {"started": datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"), "deploy": args.deploy,
               "fresh": args.fresh, "load": os.getloadavg(), "cores": os.cpu_count()}
@@ -124,10 +224,20 @@ def main(argv=None) -> int:
         if proc.returncode != 0:
             raise SystemExit(f"`{args.fresh}` exited {proc.returncode}:\n{proc.stderr[-2000:]}")
         result["fresh_wall_s"] = round(wall, 1)
-    first = deploy_once("first converge", args.deploy, args.pid, args.timeout)
-    second = deploy_once("no-change re-run", args.deploy, args.pid, args.timeout)
+    out = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"collection-perf-{result['started']}.json"
+    env = {}
+    if args.profile:
+        enabled = [c for c in os.environ.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
+        env = {"ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled + ["ansible.posix.profile_tasks"]),
+               "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"}
+    result["profile"] = bool(args.profile)
+    first = deploy_once("first converge", args.deploy, args.pid, args.timeout, env, out.with_suffix(".first.log"))
+    second = deploy_once("no-change re-run", args.deploy, args.pid, args.timeout, env, out.with_suffix(".rerun.log"))
     result["runs"] = [first, second]
+    result["ratio"] = ratio(first, second)
     result["problems"] = judge(first, second)
+    if args.floor:
+        result["floor"] = task_floor(args.floor, args.floor_inventory, args.floor_host, args.timeout)
 
     fetch_script = REPO / "benchmarks" / "fetch_vs_curl.py"
     if args.no_fetch:
@@ -142,9 +252,24 @@ def main(argv=None) -> int:
         if proc.returncode != 0 or not ratios:
             result["problems"].append(f"fetch_vs_curl.py failed (exit {proc.returncode}): {proc.stderr[-500:]}")
 
-    print(f"{'run':<18} {'wall s':>8} {'changed':>8} {'failed':>7} {'MainPID':>9}")
+    print(f"{'run':<18} {'wall s':>8} {'tasks':>6} {'changed':>8} {'failed':>7} {'MainPID':>9}")
     for r in result["runs"]:
-        print(f"{r['run']:<18} {r['wall_s']:>8.1f} {r['changed']:>8} {r['failed']:>7} {str(r['main_pid']):>9}")
+        print(f"{r['run']:<18} {r['wall_s']:>8.1f} {r['ok']:>6} {r['changed']:>8} {r['failed']:>7} {str(r['main_pid']):>9}")
+    rt = result["ratio"]
+    print(f"re-run / first converge: {rt['value']} ({'met' if rt['met'] else 'NOT met'}, target <= {rt['target']:.2f})")
+    if second["steps"]:
+        spent = [f"{s['step'].strip()} {s['seconds']} s" for s in second["steps"] if s["step"] != "total"]
+        print("re-run, where the time went: " + ", ".join(spent))
+    if args.profile:
+        p = second["profile"]
+        print(f"re-run, profiled: {p['tasks']} tasks in {p['seconds']} s; {p['host_tasks']} of them >= 0.1 s "
+              f"({p['host_seconds']} s, median {p['host_median_s']} s); slowest:")
+        for t in p["slowest"]:
+            print(f"  {t['s']:>6.2f} s  {t['task']}")
+    if "floor" in result:
+        f = result["floor"]
+        print(f"per-task floor ({f['tasks']} tasks on {f['host']}): {f['connection_s_per_task']} s over the connection, "
+              f"{f['controller_s_per_task']} s on the controller (medians); {f['outside_tasks_s']} s outside tasks")
     if result["fetch"].get("ratios"):
         for r in result["fetch"]["ratios"]:
             print(f"gguf_fetch/curl fsync={r['fsync']}: wall ratio {r['wall_ratio']:.3f} "
@@ -154,7 +279,6 @@ def main(argv=None) -> int:
     for problem in result["problems"]:
         print(f"PROBLEM: {problem}")
 
-    out = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"collection-perf-{result['started']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written: {out}")

@@ -3,6 +3,7 @@ driven end to end with stand-in deploy and MainPID commands (the lab deploy is r
 lead with `python benchmarks/collection_perf.py`)."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -86,3 +87,68 @@ def test_missing_fetch_benchmark_is_reported_not_fatal(tmp_path, monkeypatch):
     out = tmp_path / 'perf.json'
     assert cp.main(['--deploy', deploy, '--pid', pid, '--out', str(out)]) == 0
     assert 'fetch_vs_curl.py is not here' in json.loads(out.read_text())['fetch']['skipped']
+
+
+PROFILED = """
+PLAY RECAP *********************************************************************
+dankfleet-lab              : ok=3    changed=0    unreachable=0    failed=0    skipped=1    rescued=0    ignored=0
+
+Tuesday 01 December 2026  15:00:00 +0000 (0:00:00.011)       0:00:04.000 *****
+===============================================================================
+Gathering Facts --------------------------------------------------------- 2.10s
+llama_server : Gate 1 - /health reaches 200 in time ------------------------ 0.92s
+a task whose name is longer than the terminal is wide, so no dashes pad it - 123.45s
+dankfleet.llm.llama_server : Settle the values -------------------------- 0.02s
+
+make lab: where the time went
+  step                                             seconds  result
+  ----                                             -------  ------
+  host-deps                                              0  ok
+  lab-deploy                                            80  ok
+    lab: converge (deploy-frank-medium.yml)             75  ok
+  total                                                 81  ok
+"""
+
+
+def test_profile_and_steps_are_read_from_the_output():
+    tasks = cp.parse_profile(PROFILED)
+    assert tasks == [('Gathering Facts', 2.10), ('llama_server : Gate 1 - /health reaches 200 in time', 0.92),
+                     ('a task whose name is longer than the terminal is wide, so no dashes pad it', 123.45),
+                     ('dankfleet.llm.llama_server : Settle the values', 0.02)]
+    summary = cp.profile_summary(tasks, top=2)
+    assert (summary['tasks'], summary['host_tasks'], summary['host_median_s']) == (4, 3, 2.10)
+    assert [t['s'] for t in summary['slowest']] == [123.45, 2.10]
+    assert cp.parse_steps(PROFILED) == [
+        {'step': 'host-deps', 'seconds': 0, 'result': 'ok'}, {'step': 'lab-deploy', 'seconds': 80, 'result': 'ok'},
+        {'step': '  lab: converge (deploy-frank-medium.yml)', 'seconds': 75, 'result': 'ok'},
+        {'step': 'total', 'seconds': 81, 'result': 'ok'}]
+
+
+def test_ratio_against_the_target():
+    assert cp.ratio({'wall_s': 100.0}, {'wall_s': 20.0}) == {'value': 0.2, 'target': 0.2, 'met': True}
+    assert cp.ratio({'wall_s': 172.0}, {'wall_s': 88.0})['met'] is False
+    assert cp.ratio({'wall_s': 0.0}, {'wall_s': 1.0})['value'] is None
+
+
+def test_ratio_and_logs_are_written(tmp_path, capsys):
+    deploy, pid = _fake_deploy(tmp_path, 0, ('4242', '4242'))
+    out = tmp_path / 'perf.json'
+    assert cp.main(['--deploy', deploy, '--pid', pid, '--no-fetch', '--out', str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc['ratio']) == {'value', 'target', 'met'} and doc['ratio']['target'] == 0.2
+    assert 'changed=5' in (tmp_path / 'perf.first.log').read_text()
+    assert 'changed=0' in (tmp_path / 'perf.rerun.log').read_text()
+    assert 're-run / first converge:' in capsys.readouterr().out
+
+
+def test_floor_times_tasks_for_real_on_the_controller(tmp_path, capsys):
+    """--floor's playbooks, run for real against the implicit localhost (no container needed)."""
+    inventory = tmp_path / 'hosts.ini'
+    inventory.write_text('here ansible_connection=local ansible_python_interpreter=%s\n' % sys.executable)
+    floor = cp.task_floor(2, str(inventory), 'here', 300)
+    # a module round trip (even over the local connection) costs more than a debug on the controller
+    assert floor['connection_s_per_task'] > floor['controller_s_per_task'] >= 0
+    assert floor['outside_tasks_s'] > 0
+    with pytest.raises(SystemExit):
+        cp.main(['--floor', '1', '--out', str(tmp_path / 'x.json')])
+    assert '--floor needs 2 tasks or more' in capsys.readouterr().err
