@@ -39,7 +39,6 @@ from measure_llamacpp_buffers import post_json, prompt_tokens, stop_server, wait
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import read_env_file
 
 
-
 def read_env(path):
     """The env file's assignments as the service gets them (the collection's one env-file reader)."""
     return read_env_file(str(path))[0]
