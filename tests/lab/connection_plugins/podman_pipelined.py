@@ -3,8 +3,8 @@
 
 The pinned plugin declares has_pipelining = False and runs `podman exec` without -i, so stdin never
 reaches the container: every module costs a `podman mount`, a temp dir, a file copy, a chmod and
-the run (four podman calls). Production's ssh connection pipelines (ansible.cfg); the lab's container
-(inventory/lab) goes through this subclass, which does the same over `podman exec --interactive`:
+the run (four podman calls). Production's ssh connection pipelines (ansible.cfg); the lab and the
+molecule containers go through this subclass, which does the same over `podman exec --interactive`:
 one podman call per module, and the container is mounted only when a file is copied in or out.
 Everything else (options, put/fetch, the user) is the pinned plugin's own.
 """
