@@ -46,13 +46,9 @@ import re
 from bisect import bisect_left as _bisect_left
 
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
-if __name__.startswith("ansible_collections."):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
-        BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES, SPEC_TYPES, model_drafters,
-        spec_chain_conflict)
-else:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path
-    from llama_cpp_rules import (BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES,
-                                 SPEC_TYPES, model_drafters, spec_chain_conflict)
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
+    BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES, SPEC_TYPES, model_drafters,
+    spec_chain_conflict)
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -26,10 +26,7 @@ __metaclass__ = type
 import math
 import re
 
-if __name__.startswith("ansible_collections."):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
-else:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path: same module objects
-    from gguf_reader import GGUFError, read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
 
 KIND_ATTENTION = "attention"
 KIND_SWA = "swa"

@@ -62,14 +62,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-if __name__.startswith("ansible_collections."):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
-    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import HASH_READ_CHUNK, hash_file
-    from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import TrashError, retire
-else:  # plain python (benchmarks) with plugins/module_utils on sys.path
-    from regular_file import file_kind, open_regular
-    from sha256 import HASH_READ_CHUNK, hash_file
-    from trash_files import TrashError, retire
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
+from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import HASH_READ_CHUNK, hash_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import TrashError, retire
 
 STAMP_SUFFIX = ".verified.json"
 PART_SUFFIX = ".part"

@@ -24,10 +24,7 @@ __metaclass__ = type
 import os
 import struct
 
-if __name__.startswith("ansible_collections."):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
-else:  # plain python (unit tests, benchmarks) with plugins/module_utils on sys.path
-    from regular_file import open_regular
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
 
 GGUF_MAGIC = b"GGUF"
 GGUF_SUPPORTED_VERSIONS = (2, 3)   # gguf.cpp b11434: v1 refused, > GGUF_VERSION (3) refused

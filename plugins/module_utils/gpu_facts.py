@@ -23,10 +23,7 @@ import json
 import os
 import re
 
-if __name__.startswith("ansible_collections."):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
-else:  # plain python (unit tests) with plugins/module_utils on sys.path
-    from regular_file import open_regular
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
 
 VENDOR_AMD = '0x1002'
 VENDOR_NVIDIA = '0x10de'

@@ -30,10 +30,7 @@ import shutil
 import subprocess
 import time
 
-if __name__.startswith('ansible_collections.'):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
-else:  # plain python with plugins/module_utils on sys.path
-    from sha256 import sha256_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
 
 BACKENDS = ('hip', 'cuda', 'cpu')
 

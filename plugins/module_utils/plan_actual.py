@@ -31,20 +31,12 @@ import os
 import re
 import time
 
-try:
-    from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
-    from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
-except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
-    from gpu_facts import INTEGRATED_GFX, gfx_target
-    from llama_env import LlamaEnvError, read_env_file as _read_env
+from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
+from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
-
-try:
-    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
-except ImportError:     # plain Python (benchmarks, unit tests): the sibling file
-    from sha256 import sha256_file
 
 RECORD_FILE = "plan-vs-actual.json"
 RECORD_VERSION = 1

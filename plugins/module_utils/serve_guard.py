@@ -16,10 +16,7 @@ __metaclass__ = type
 
 import re
 
-if __name__.startswith("ansible_collections."):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
-else:  # plain python (benchmarks) with plugins/module_utils on sys.path
-    import llama_cpp_rules as rules
+from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
 
 # Each flag the launcher writes (long form; llama_cpp_rules.FLAG_SPELLINGS has every spelling) -> the variable to set.
 _ROLE_FLAGS = (

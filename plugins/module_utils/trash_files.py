@@ -47,10 +47,7 @@ import re
 import shutil
 import stat
 
-if __name__.startswith('ansible_collections.'):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
-else:  # plain python with plugins/module_utils on sys.path
-    from sha256 import sha256_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
 
 MANIFEST_NAME = 'MANIFEST'
 MANIFEST_HEADER = '# dankfleet.llm trash MANIFEST v2'

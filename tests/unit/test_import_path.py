@@ -39,3 +39,15 @@ def test_no_sys_path_and_no_loading_by_path():
 def test_no_bare_module_utils_import():
     found = dict((path, BARE.findall(text)) for path, text in sources() if BARE.search(text))
     assert found == {}, "import ansible_collections.dankfleet.llm.plugins.module_utils.<name> instead"
+
+
+def test_module_utils_import_each_other_by_their_one_name():
+    # no `else: from sha256 import ...` fallback for a plain-Python run with plugins/module_utils on sys.path:
+    # nothing runs them that way (benchmarks/import_paths.py puts collections/ on the path)
+    found = {}
+    for name in MODULE_UTILS:
+        with open(os.path.join(REPO, "plugins", "module_utils", name + ".py")) as handle:
+            bare = BARE.findall(handle.read())
+        if bare:
+            found[name] = bare
+    assert found == {}, "import ansible_collections.dankfleet.llm.plugins.module_utils.<name> instead"
