@@ -110,6 +110,22 @@ RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", 
 # KQ matrix n_kv x ub x n_head x 4 per attention device (the widest mask's cells: one layer at a time);
 # the pipeline copies (GGML_SCHED_MAX_COPIES = 4 when the model spans more than one device, else 1).
 # ---------------------------------------------------------------------------------------------
+
+# The terms only the cuda profile measured (see there), for a profile that did not: off, or None for "as
+# the target's layers".
+_CUDA_ONLY_TERMS_OFF = {
+    "draft_overhead_bytes": 0,
+    "mtp_overhead_bytes": 0,
+    "fa_kv_f16_copy": False,
+    "fa_beside_embd_bytes": 0.0,
+    "fa_beside_q_bytes": 0.0,
+    "fa_beside_gate_bytes": 0.0,
+    "mtp_act_embd_bytes": None,
+    "mtp_act_ff_bytes": None,
+    "mtp_split_embd_bytes": None,
+    "mtp_fa_beside_embd_bytes": None,
+}
+
 PROFILES = {
     "hip": {
         "source": "fitted (non-negative least squares, pulled towards the smallest worst error) to the 38 rocm-smi "
@@ -139,17 +155,7 @@ PROFILES = {
         "host_modelled": False,                 # the runbook records no host RAM figures
         "host_embd_bytes": 0.0,
         "host_split_embd_bytes": 0.0,
-        # terms only the cuda profile measured (see there): off / as the target's layers
-        "draft_overhead_bytes": 0,
-        "mtp_overhead_bytes": 0,
-        "fa_kv_f16_copy": False,
-        "fa_beside_embd_bytes": 0.0,
-        "fa_beside_q_bytes": 0.0,
-        "fa_beside_gate_bytes": 0.0,
-        "mtp_act_embd_bytes": None,
-        "mtp_act_ff_bytes": None,
-        "mtp_split_embd_bytes": None,
-        "mtp_fa_beside_embd_bytes": None,
+        **_CUDA_ONLY_TERMS_OFF,
         "mtp_host_share": 0.5,
     },
     "cpu": {
@@ -180,17 +186,7 @@ PROFILES = {
         "host_modelled": True,
         "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
         "host_split_embd_bytes": 8.0,
-        # terms only the cuda profile measured (see there): off / as the target's layers
-        "draft_overhead_bytes": 0,
-        "mtp_overhead_bytes": 0,
-        "fa_kv_f16_copy": False,
-        "fa_beside_embd_bytes": 0.0,
-        "fa_beside_q_bytes": 0.0,
-        "fa_beside_gate_bytes": 0.0,
-        "mtp_act_embd_bytes": None,
-        "mtp_act_ff_bytes": None,
-        "mtp_split_embd_bytes": None,
-        "mtp_fa_beside_embd_bytes": None,
+        **_CUDA_ONLY_TERMS_OFF,
         "mtp_host_share": 0.5,                  # MTP host buffer 20 x n_embd per token at 4 copies (target's 40)
     },
     "cuda": {
