@@ -272,24 +272,21 @@ def read_vram():
     Integrated GPUs that the service hides are still listed: the reader cannot know the unit's
     HIP_VISIBLE_DEVICES; compare by ``source_card`` when that matters.
     """
-    smi = _which('nvidia-smi')
-    if smi:
-        text = _run([smi] + NVIDIA_SMI_MEMORY)
-        if text is not None:
-            cards = parse_nvidia_smi_memory(text)
-            if cards:
-                return cards, 'nvidia-smi'
-    cards = read_amdgpu_sysfs('/')
-    if cards:
-        return cards, 'amdgpu sysfs'
-    smi = _which('rocm-smi')
-    if smi:
-        text = _run([smi] + ROCM_SMI_MEMORY)
-        if text is not None:
-            cards = parse_rocm_smi_memory(text)
-            if cards:
-                return cards, 'rocm-smi'
+    readers = (('nvidia-smi', lambda: _smi_cards('nvidia-smi', NVIDIA_SMI_MEMORY, parse_nvidia_smi_memory)),
+               ('amdgpu sysfs', lambda: read_amdgpu_sysfs('/')),
+               ('rocm-smi', lambda: _smi_cards('rocm-smi', ROCM_SMI_MEMORY, parse_rocm_smi_memory)))
+    for source, read in readers:
+        cards = read()
+        if cards:
+            return cards, source
     return [], None
+
+
+def _smi_cards(command, args, parse):
+    """Cards from a vendor tool's output: [] where the tool is missing, fails or prints none."""
+    path = _which(command)
+    text = _run([path] + args) if path else None
+    return parse(text) if text is not None else []
 
 
 def _run(argv):

@@ -4,6 +4,7 @@ result aggregation, report files. No endpoint, no llama-bench, no container.
 import csv
 import json
 import os
+import shutil
 
 import pytest
 
@@ -340,6 +341,30 @@ def test_vram_readers(tmp_path):
         (dev / 'mem_info_vram_total').write_text('%d\n' % (32 * 1048576))
     assert [(c['card'], c['used_mib']) for c in be.read_amdgpu_sysfs(str(tmp_path))] == [('ROCm0', 2.0), ('ROCm1', 3.0)]
     assert be.vram_summary([]) is None
+
+
+def _tool(directory, name, output, rc=0):
+    """An executable `name` in directory that prints output and exits rc."""
+    path = directory / name
+    path.write_text("#!/bin/sh\n%s <<'EOF'\n%s\nEOF\nexit %d\n" % (shutil.which('cat', path=os.defpath), output, rc))
+    path.chmod(0o755)
+
+
+def test_read_vram_asks_nvidia_smi_then_sysfs_then_rocm_smi(tmp_path, monkeypatch):
+    if be.read_amdgpu_sysfs('/') or os.path.exists('/opt/rocm/bin/rocm-smi'):
+        pytest.skip('this host has AMD VRAM counters of its own')
+    tools = tmp_path / 'bin'
+    tools.mkdir()
+    monkeypatch.setenv('PATH', str(tools))
+    assert be.read_vram() == ([], None)
+    rocm = json.dumps({'card0': {'VRAM Total Memory (B)': '2097152', 'VRAM Total Used Memory (B)': '1048576'}})
+    _tool(tools, 'rocm-smi', rocm)
+    assert be.read_vram() == ([{'card': 'ROCm0', 'source_card': 'card0', 'used_mib': 1.0, 'total_mib': 2.0}],
+                              'rocm-smi')
+    _tool(tools, 'nvidia-smi', 'NVIDIA-SMI has failed', rc=9)     # a failing nvidia-smi: the next reader answers
+    assert be.read_vram()[1] == 'rocm-smi'
+    _tool(tools, 'nvidia-smi', '0, 81234, 143771')
+    assert be.read_vram() == ([{'card': 'CUDA0', 'used_mib': 81234.0, 'total_mib': 143771.0}], 'nvidia-smi')
 
 
 # --- report files ----------------------------------------------------------------------------
