@@ -82,36 +82,32 @@ class TrashError(Exception):
     """A refusal with a message that names the path and what to do about it."""
 
 
-def _name_of_uid(uid):
+# The MANIFEST's owner and group columns: (id -> name, name -> id, what to create when the name is unknown).
+_ACCOUNTS = {
+    'owner': (lambda uid: pwd.getpwuid(uid).pw_name, lambda name: pwd.getpwnam(name).pw_uid, 'user'),
+    'group': (lambda gid: grp.getgrgid(gid).gr_name, lambda name: grp.getgrnam(name).gr_gid, 'group'),
+}
+
+
+def _name_of(column, number):
+    """The name a MANIFEST row records for a uid (column owner) or gid (group): the number where none exists."""
+    to_name = _ACCOUNTS[column][0]
     try:
-        return pwd.getpwuid(uid).pw_name
+        return to_name(number)
     except KeyError:
-        return str(uid)
+        return str(number)
 
 
-def _name_of_gid(gid):
+def _id_of(column, name):
+    """The uid (column owner) or gid (group) of a MANIFEST name on this host; a bare number is itself."""
+    _, to_id, noun = _ACCOUNTS[column]
     try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
-def _uid_of(name):
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        if name.isdigit():
-            return int(name)
-        raise TrashError('MANIFEST names owner %r, which does not exist on this host: create the user first' % name)
-
-
-def _gid_of(name):
-    try:
-        return grp.getgrnam(name).gr_gid
+        return to_id(name)
     except KeyError:
         if name.isdigit():
             return int(name)
-        raise TrashError('MANIFEST names group %r, which does not exist on this host: create the group first' % name)
+        raise TrashError('MANIFEST names %s %r, which does not exist on this host: create the %s first'
+                         % (column, name, noun))
 
 
 def _check_text(value, what):
@@ -206,8 +202,8 @@ def describe(path, given=None, sha256=None):
     row = {
         'path': path,
         'given': given or path,
-        'owner': _name_of_uid(st.st_uid),
-        'group': _name_of_gid(st.st_gid),
+        'owner': _name_of('owner', st.st_uid),
+        'group': _name_of('group', st.st_gid),
         'mode': '%04o' % stat.S_IMODE(st.st_mode),
         'sha256': '-',
         'link_target': '-',
@@ -534,7 +530,7 @@ def restore(trash_dir, check_mode=False, now=None):
         return result
     for src, dest, row in plan:
         _move(src, dest, row)
-        uid, gid = _uid_of(row['owner']), _gid_of(row['group'])
+        uid, gid = _id_of('owner', row['owner']), _id_of('group', row['group'])
         os.lchown(dest, uid, gid)
         if row['kind'] == 'file':
             os.chmod(dest, int(row['mode'], 8))

@@ -3,8 +3,10 @@
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import grp
 import hashlib
 import os
+import pwd
 import stat
 
 import pytest
@@ -123,27 +125,53 @@ def test_missing_paths_are_reported_not_invented(tmp_path):
     assert not os.path.exists(str(tmp_path / 'trash'))
 
 
-def test_retire_refuses_to_overwrite_the_trash(host, tmp_path):
+NEWCOMER = 'a new file at the same path'
+
+
+@pytest.fixture
+def retaken(host, tmp_path):
+    """(trash, path): the quadlet retired into trash, then a new file written at its old path."""
     trash = str(tmp_path / 'trash')
     path = str(host / 'home/dank/.config/containers/systemd/radiance.container')
     tf.retire(trash, [path])
     with open(path, 'w') as handle:
-        handle.write('a new file at the same path')
+        handle.write(NEWCOMER)
+    return trash, path
+
+
+def test_retire_refuses_to_overwrite_the_trash(retaken):
+    trash, path = retaken
     with pytest.raises(tf.TrashError, match='already exists in the trash'):
         tf.retire(trash, [path])
-    assert open(path).read() == 'a new file at the same path'
+    assert open(path).read() == NEWCOMER
 
 
-def test_restore_refuses_when_the_original_path_is_taken(host, tmp_path):
-    trash = str(tmp_path / 'trash')
-    path = str(host / 'home/dank/.config/containers/systemd/radiance.container')
-    tf.retire(trash, [path])
-    with open(path, 'w') as handle:
-        handle.write('someone else')
+def test_restore_refuses_when_the_original_path_is_taken(retaken):
+    trash, path = retaken
     with pytest.raises(tf.TrashError, match='exists already'):
         tf.restore(trash)
-    assert open(path).read() == 'someone else'
+    assert open(path).read() == NEWCOMER
     assert os.path.exists(os.path.join(trash, 'MANIFEST'))
+
+
+def test_manifest_owner_and_group_names():
+    assert (tf._name_of('owner', 0), tf._name_of('group', 0)) == ('root', 'root')
+    assert (tf._id_of('owner', 'root'), tf._id_of('group', 'root')) == (0, 0)
+    unused = next(n for n in range(54321, 65534) if not _known(pwd.getpwuid, n) and not _known(grp.getgrgid, n))
+    assert (tf._name_of('owner', unused), tf._name_of('group', unused)) == (str(unused), str(unused))
+    assert (tf._id_of('owner', str(unused)), tf._id_of('group', str(unused))) == (unused, unused)
+    with pytest.raises(tf.TrashError, match="MANIFEST names owner 'no-such-dank', .* create the user first"):
+        tf._id_of('owner', 'no-such-dank')
+    with pytest.raises(tf.TrashError, match="MANIFEST names group 'no-such-dank', .* create the group first"):
+        tf._id_of('group', 'no-such-dank')
+
+
+def _known(lookup, number):
+    try:
+        lookup(number)
+    except KeyError:
+        return False
+    return True
 
 
 def test_restore_refuses_a_tampered_trash_copy(host, tmp_path):
