@@ -56,81 +56,88 @@ DEVICE_ORDER_ENV = "CUDA_DEVICE_ORDER"
 # llama.cpp reads LLAMA_ARG_<FLAG> from the environment as if --flag were given.
 ENV_ARG_PREFIX = "LLAMA_ARG_"
 
-# Every spelling of the flags the role passes or guards (common/arg.cpp), keyed by the long form the
-# launcher writes. A flag missing here is a KeyError in spellings(): a typo cannot silently guard nothing.
-FLAG_SPELLINGS = {
-    "--model": ("-m", "--model"),
-    "--alias": ("-a", "--alias"),
-    "--host": ("--host",),
-    "--port": ("--port",),
-    "--device": ("-dev", "--device"),
-    "--split-mode": ("-sm", "--split-mode"),
-    "--tensor-split": ("-ts", "--tensor-split"),
-    "--gpu-layers": ("-ngl", "--gpu-layers", "--n-gpu-layers"),
-    "--fit": ("-fit", "--fit"),
-    "--flash-attn": ("-fa", "--flash-attn"),
-    "--ctx-size": ("-c", "--ctx-size"),
-    "--parallel": ("-np", "--parallel"),
-    "--batch-size": ("-b", "--batch-size"),
-    "--ubatch-size": ("-ub", "--ubatch-size"),
-    "--threads": ("-t", "--threads"),
-    "--threads-batch": ("-tb", "--threads-batch"),
-    "--cache-type-k": ("-ctk", "--cache-type-k"),
-    "--cache-type-v": ("-ctv", "--cache-type-v"),
-    "--ctx-checkpoints": ("--ctx-checkpoints", "--swa-checkpoints"),
-    "--cache-ram": ("-cram", "--cache-ram"),
-    "--temp": ("--temp", "--temperature"),
-    "--top-p": ("--top-p",),
-    "--top-k": ("--top-k",),
-    "--min-p": ("--min-p",),
-    "--presence-penalty": ("--presence-penalty",),
-    "--reasoning": ("-rea", "--reasoning"),
-    "--reasoning-format": ("--reasoning-format",),
-    "--reasoning-budget": ("--reasoning-budget",),
-    "--chat-template-file": ("--chat-template-file",),
-    "--chat-template": ("--chat-template",),
-    "--chat-template-kwargs": ("--chat-template-kwargs",),
-    "--metrics": ("--metrics",),
-    "--spec-type": ("--spec-type",),
-    "--spec-draft-model": ("--spec-draft-model", "-md", "--model-draft"),
-    "--spec-draft-n-max": ("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n"),
-    "--spec-draft-ngl": ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"),
-    "--spec-draft-device": ("--spec-draft-device", "-devd", "--device-draft"),
-    "--spec-draft-type-k": ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"),
-    "--spec-draft-type-v": ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"),
-    "--spec-ngram-mod-n-match": ("--spec-ngram-mod-n-match",),
-    "--spec-ngram-mod-n-min": ("--spec-ngram-mod-n-min",),
-    "--spec-ngram-mod-n-max": ("--spec-ngram-mod-n-max",),
-    "--mmproj": ("-mm", "--mmproj"),
-    "--no-mmproj": ("--no-mmproj",),
-    "--mmproj-url": ("-mmu", "--mmproj-url"),
-    "--mmproj-auto": ("--mmproj-auto",),
-    "--no-mmproj-offload": ("--no-mmproj-offload",),
-    "--api-key": ("--api-key",),
-    "--api-key-file": ("--api-key-file",),
-    "--rpc": ("--rpc",),
-    "--log-verbosity": ("-lv", "--verbosity", "--log-verbosity"),
-    # Flags that move weights, KV or compute to places fit_plan does not size (UNSIZED_PLACEMENT_FLAGS).
-    "--override-tensor": ("-ot", "--override-tensor"),
-    "--override-tensor-draft": ("-otd", "--override-tensor-draft"),
-    "--main-gpu": ("-mg", "--main-gpu"),
-    "--kv-unified": ("-kvu", "--kv-unified"),
-    "--no-kv-unified": ("-no-kvu", "--no-kv-unified"),
-    "--no-kv-offload": ("-nkvo", "--no-kv-offload"),
-    "--cpu-moe": ("-cmoe", "--cpu-moe"),
-    "--n-cpu-moe": ("-ncmoe", "--n-cpu-moe"),
-    "--cpu-moe-draft": ("-cmoed", "--cpu-moe-draft"),
-    "--n-cpu-moe-draft": ("-ncmoed", "--n-cpu-moe-draft"),
-    "--swa-full": ("--swa-full",),
-    "--fit-target": ("-fitt", "--fit-target"),
-    "--fit-ctx": ("-fitc", "--fit-ctx"),
-    "--ctx-size-draft": ("-cd", "--ctx-size-draft"),
-}
-UNSIZED_PLACEMENT_FLAGS = (
-    "--override-tensor", "--override-tensor-draft", "--main-gpu", "--kv-unified", "--no-kv-unified",
-    "--no-kv-offload", "--cpu-moe", "--n-cpu-moe", "--cpu-moe-draft", "--n-cpu-moe-draft", "--swa-full",
-    "--fit-target", "--fit-ctx", "--ctx-size-draft",
-)
+
+def _spelling_table(text):
+    """{long form: (spelling, ...)} from a table whose lines read ``long-form  spelling spelling ...``."""
+    rows = [line.split() for line in text.strip().splitlines()]
+    return dict((row[0], tuple(row[1:])) for row in rows)
+
+
+# Every spelling of the flags the role passes or guards (common/arg.cpp): the long form the launcher
+# writes, then each spelling in arg.cpp's order. A flag missing here is a KeyError in spellings(): a typo
+# cannot silently guard nothing.
+FLAG_SPELLINGS = _spelling_table("""
+--model                   -m --model
+--alias                   -a --alias
+--host                    --host
+--port                    --port
+--device                  -dev --device
+--split-mode              -sm --split-mode
+--tensor-split            -ts --tensor-split
+--gpu-layers              -ngl --gpu-layers --n-gpu-layers
+--fit                     -fit --fit
+--flash-attn              -fa --flash-attn
+--ctx-size                -c --ctx-size
+--parallel                -np --parallel
+--batch-size              -b --batch-size
+--ubatch-size             -ub --ubatch-size
+--threads                 -t --threads
+--threads-batch           -tb --threads-batch
+--cache-type-k            -ctk --cache-type-k
+--cache-type-v            -ctv --cache-type-v
+--ctx-checkpoints         --ctx-checkpoints --swa-checkpoints
+--cache-ram               -cram --cache-ram
+--temp                    --temp --temperature
+--top-p                   --top-p
+--top-k                   --top-k
+--min-p                   --min-p
+--presence-penalty        --presence-penalty
+--reasoning               -rea --reasoning
+--reasoning-format        --reasoning-format
+--reasoning-budget        --reasoning-budget
+--chat-template-file      --chat-template-file
+--chat-template           --chat-template
+--chat-template-kwargs    --chat-template-kwargs
+--metrics                 --metrics
+--spec-type               --spec-type
+--spec-draft-model        --spec-draft-model -md --model-draft
+--spec-draft-n-max        --spec-draft-n-max --draft-max --draft --draft-n
+--spec-draft-ngl          --spec-draft-ngl -ngld --gpu-layers-draft --n-gpu-layers-draft
+--spec-draft-device       --spec-draft-device -devd --device-draft
+--spec-draft-type-k       --spec-draft-type-k -ctkd --cache-type-k-draft
+--spec-draft-type-v       --spec-draft-type-v -ctvd --cache-type-v-draft
+--spec-ngram-mod-n-match  --spec-ngram-mod-n-match
+--spec-ngram-mod-n-min    --spec-ngram-mod-n-min
+--spec-ngram-mod-n-max    --spec-ngram-mod-n-max
+--mmproj                  -mm --mmproj
+--no-mmproj               --no-mmproj
+--mmproj-url              -mmu --mmproj-url
+--mmproj-auto             --mmproj-auto
+--no-mmproj-offload       --no-mmproj-offload
+--api-key                 --api-key
+--api-key-file            --api-key-file
+--rpc                     --rpc
+--log-verbosity           -lv --verbosity --log-verbosity
+""")
+# Flags that move weights, KV or compute to places fit_plan does not size: serve_guard refuses them.
+_UNSIZED_PLACEMENT_SPELLINGS = _spelling_table("""
+--override-tensor         -ot --override-tensor
+--override-tensor-draft   -otd --override-tensor-draft
+--main-gpu                -mg --main-gpu
+--kv-unified              -kvu --kv-unified
+--no-kv-unified           -no-kvu --no-kv-unified
+--no-kv-offload           -nkvo --no-kv-offload
+--cpu-moe                 -cmoe --cpu-moe
+--n-cpu-moe               -ncmoe --n-cpu-moe
+--cpu-moe-draft           -cmoed --cpu-moe-draft
+--n-cpu-moe-draft         -ncmoed --n-cpu-moe-draft
+--swa-full                --swa-full
+--fit-target              -fitt --fit-target
+--fit-ctx                 -fitc --fit-ctx
+--ctx-size-draft          -cd --ctx-size-draft
+""")
+FLAG_SPELLINGS.update(_UNSIZED_PLACEMENT_SPELLINGS)
+UNSIZED_PLACEMENT_FLAGS = tuple(_UNSIZED_PLACEMENT_SPELLINGS)
 
 
 def spellings(*flags):
