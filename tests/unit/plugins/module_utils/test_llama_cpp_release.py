@@ -5,6 +5,7 @@ the flags hash and release naming, the scrubbed build environment, the stamp,
 ELF parsing, bundling by contents, and the verification, including the
 runbook's flattened-copy failure.
 """
+import hashlib
 import json
 import os
 import re
@@ -337,9 +338,25 @@ def test_extract_archive_subdir(tmp_path):
     dest = tmp_path / "src-b11434"
     lcr.extract_archive(str(archive), str(dest), "fake-llama.cpp-b11434/llama.cpp")
     assert (dest / "CMakeLists.txt").is_file() and not (dest / "PKG-INFO").exists()
+    (dest / "stale-object.o").write_text("from an earlier extraction")
+    lcr.extract_archive(str(archive), str(dest), "fake-llama.cpp-b11434/llama.cpp")
+    assert (dest / "CMakeLists.txt").is_file() and not (dest / "stale-object.o").exists()
     with pytest.raises(lcr.ReleaseError, match="no CMakeLists.txt"):
         lcr.extract_archive(str(archive), str(tmp_path / "other"), "fake-llama.cpp-b11434")
     assert not (tmp_path / "other").exists() and not (tmp_path / "other.partial").exists()
+    with pytest.raises(lcr.ReleaseError, match=r"(?s)extracting fake-llama.cpp-b11434/nope from .*src.tar.gz failed: "
+                                               r".*Not found in archive.*Check llama_cpp_build_archive_subdir"):
+        lcr.extract_archive(str(archive), str(tmp_path / "other"), "fake-llama.cpp-b11434/nope")
+    assert not (tmp_path / "other").exists() and not (tmp_path / "other.partial").exists()
+
+
+def test_toolchain_unpack_names_a_tarball_tar_cannot_read(tmp_path):
+    tarball = tmp_path / "tc.tar.gz"
+    tarball.write_bytes(b"not a tarball")
+    root = str(tmp_path / "prefix/toolchains/x")
+    with pytest.raises(lcr.ReleaseError, match=r"unpacking the toolchain .*tc.tar.gz failed: tar: "):
+        lcr.unpack_toolchain(str(tarball), hashlib.sha256(b"not a tarball").hexdigest(), root, strip=1)
+    assert not os.path.exists(root) and not os.path.exists(root + ".partial")
 
 
 @needs_cc
