@@ -13,12 +13,9 @@ description:
     (the worker's C(gpu_facts), or its RAM for a CPU worker), then the head's own GPUs -- llama.cpp's device
     order (RPC servers first). Pass the result to P(dankfleet.llm.fit_plan#filter) as its input; it charges
     each RPC device the worker process's own overhead for that backend and names the host in its table.
+extends_documentation_fragment:
+  - dankfleet.llm.rpc_workers
 options:
-  _input:
-    description: The workers' hostvars, C(groups['llm_rpc_workers'] | map('extract', hostvars)).
-    type: list
-    elements: dict
-    required: true
   local_gpus:
     description: The head's own GPUs (gpu_facts' result or its C(gpus) list); empty for a CPU head.
     type: raw

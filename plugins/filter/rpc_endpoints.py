@@ -13,12 +13,8 @@ description:
   - Each worker's C(dankfleet_private_address) must be one private IP (RFC 1918, C(fc00::/7), C(100.64/10) or
     loopback); C(0.0.0.0), C(::) and public addresses are refused with the reason (ggml-rpc-server has no
     authentication).
-options:
-  _input:
-    description: The workers' hostvars, C(groups['llm_rpc_workers'] | map('extract', hostvars)).
-    type: list
-    elements: dict
-    required: true
+extends_documentation_fragment:
+  - dankfleet.llm.rpc_workers
 author:
   - dankfleet engineers (@dankfleet)
 """
