@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
@@ -83,8 +84,62 @@ def test_rtx3090_facts_fixture_is_what_gpu_facts_reports(tmp_path):
     assert (card["name"], card["backend"], card["vram_total_bytes"]) == ("CUDA0", "cuda", 24 * GIB)
 
 
-def test_fleet_plan_from_the_production_inventory(tmp_path):
-    run = plan_only("-i", str(overlay(tmp_path)))
+def assert_lines(lines, patterns):
+    """One line per regex, each matching its line whole."""
+    assert len(lines) == len(patterns), lines
+    for line, pattern in zip(lines, patterns):
+        assert re.fullmatch(pattern, line), (pattern, lines)
+
+
+def fleet_summary(stdout, host):
+    """The fleet summary's lines, as printed by the one host that ran it (run_once)."""
+    (summary,) = debug_msgs(stdout, "Fleet summary (one verdict per host)")[host]
+    return summary
+
+
+# What the plan stage prints, line by line (regexes matched whole).
+DANKSERVER_TABLE = [
+    r"capacity of dankserver \(hip profile, headers recorded on the controller\)",
+    r"split: 32:33 \(layer\)",
+    r"context: 327680 \(2 x 163840\), cache-ram 16384 MiB",
+    r"card ROCm0: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
+    r"card ROCm1: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
+    r"binding: ROCm1: \d+\.\d\d GiB free, \d+\.\d\d GiB above the 1\.50 GiB floor",
+]
+# frank-zealot with a payload that is on the "host" (the lab's MTP model, where gguf_fetch puts it): its
+# headers are read there and the cuda profile plans the one 24 GiB card
+ZEALOT_TABLE = [
+    r"capacity of frank-zealot \(cuda profile, headers read on the host\)",
+    r"split: none - one CUDA0",
+    r"context: \d+, cache-ram \d+ MiB",
+    r"card CUDA0: \d+ layers, \d+\.\d\d GiB free of 24\.00 GiB",
+    r"binding: CUDA0: .* above the 1\.00 GiB floor",
+]
+DANKSERVER_FITS = r"dankserver: fits - split 32:33, context 327680 \(2 x 163840\), binding ROCm1: .*"
+
+
+@pytest.mark.parametrize("zealot_named,tables,summary", [
+    # the production inventory as it is: frank-zealot's manifest is FILL-, so it cannot be planned
+    (False, {"dankserver": DANKSERVER_TABLE},
+     [r"fleet: 2 host\(s\), 1 fit, 0 do not fit, 1 not planned", DANKSERVER_FITS,
+      r"frank-zealot: cannot plan: the payload is still a placeholder in gguf_fetch_manifest "
+      r"\(FILL-a-quant-that-fits-24GiB\.gguf, FILL-mmproj-f16\.gguf\).*"]),
+    (True, {"dankserver": DANKSERVER_TABLE, "frank-zealot": ZEALOT_TABLE},
+     [r"fleet: 2 host\(s\), 2 fit, 0 do not fit, 0 not planned", DANKSERVER_FITS,
+      r"frank-zealot: fits - split none - one CUDA0, context .*"]),
+], ids=["production-inventory", "zealot-named"])
+def test_fleet_plan(tmp_path, request, zealot_named, tables, summary):
+    zealot = None
+    if zealot_named:
+        mtp = request.getfixturevalue("lab_models")["qwen35-mtp"]
+        models = tmp_path / "models"
+        (models / "lab-mtp").mkdir(parents=True)
+        (models / "lab-mtp" / "qwen35-mtp.gguf").symlink_to(mtp["path"])
+        zealot = {"gguf_fetch_models_dir": str(models), "llama_server_vision": False,
+                  "gguf_fetch_manifest": [{"name": "lab-mtp", "role": "target", "repo": "lab/mtp", "revision": "main",
+                                           "file": "qwen35-mtp.gguf", "url": "http://127.0.0.1/qwen35-mtp.gguf",
+                                           "size": mtp["size"], "sha256": mtp["sha256"]}]}
+    run = plan_only("-i", str(overlay(tmp_path, zealot)))
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     # nothing built, fetched, rendered or changed: only the plan stage ran
     assert re.search(r"dankserver\s*: ok=\d+\s+changed=0 .*failed=0", run.stdout), run.stdout[-1500:]
@@ -92,46 +147,12 @@ def test_fleet_plan_from_the_production_inventory(tmp_path):
     for stage in ("llama_cpp_build : Build", "gguf_fetch : Fetch", "Render", "Retire"):
         assert "TASK [dankfleet.llm." + stage not in run.stdout
 
-    tables = debug_msgs(run.stdout, "Show the capacity table")
-    assert list(tables) == ["dankserver"], tables   # frank-zealot cannot be planned: no table
-    (dank,) = tables["dankserver"]
-    assert dank[0] == "capacity of dankserver (hip profile, headers recorded on the controller)"
-    assert dank[1:3] == ["split: 32:33 (layer)", "context: 327680 (2 x 163840), cache-ram 16384 MiB"]
-    assert re.fullmatch(r"card ROCm0: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB", dank[3]), dank
-    assert re.fullmatch(r"card ROCm1: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB", dank[4]), dank
-    assert re.fullmatch(r"binding: ROCm1: \d+\.\d\d GiB free, \d+\.\d\d GiB above the 1\.50 GiB floor", dank[5]), dank
-
-    (summary,) = debug_msgs(run.stdout, "Fleet summary (one verdict per host)")["dankserver"]
-    assert summary[0] == "fleet: 2 host(s), 1 fit, 0 do not fit, 1 not planned"
-    assert summary[1].startswith("dankserver: fits - split 32:33, context 327680 (2 x 163840), binding ROCm1: ")
-    assert summary[2].startswith("frank-zealot: cannot plan: the payload is still a placeholder in gguf_fetch_manifest "
-                                 "(FILL-a-quant-that-fits-24GiB.gguf, FILL-mmproj-f16.gguf)"), summary
-
-
-def test_fleet_plan_with_zealot_named(tmp_path, lab_models):
-    # frank-zealot with a payload that is on the "host" (the lab's MTP model, where gguf_fetch puts it):
-    # its headers are read there and the cuda profile plans the one 24 GiB card
-    mtp = lab_models["qwen35-mtp"]
-    models = tmp_path / "models"
-    (models / "lab-mtp").mkdir(parents=True)
-    (models / "lab-mtp" / "qwen35-mtp.gguf").symlink_to(mtp["path"])
-    zealot = {"gguf_fetch_models_dir": str(models), "llama_server_vision": False,
-              "gguf_fetch_manifest": [{"name": "lab-mtp", "role": "target", "repo": "lab/mtp", "revision": "main",
-                                       "file": "qwen35-mtp.gguf", "url": "http://127.0.0.1/qwen35-mtp.gguf",
-                                       "size": mtp["size"], "sha256": mtp["sha256"]}]}
-    run = plan_only("-i", str(overlay(tmp_path, zealot)))
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    tables = debug_msgs(run.stdout, "Show the capacity table")
-    assert sorted(tables) == ["dankserver", "frank-zealot"], tables
-    (zt,) = tables["frank-zealot"]
-    assert zt[0] == "capacity of frank-zealot (cuda profile, headers read on the host)"
-    assert zt[1] == "split: none - one CUDA0"
-    assert re.fullmatch(r"context: \d+, cache-ram \d+ MiB", zt[2]), zt
-    assert re.fullmatch(r"card CUDA0: \d+ layers, \d+\.\d\d GiB free of 24\.00 GiB", zt[3]), zt
-    assert re.fullmatch(r"binding: CUDA0: .* above the 1\.00 GiB floor", zt[4]), zt
-    (summary,) = debug_msgs(run.stdout, "Fleet summary (one verdict per host)")["dankserver"]
-    assert summary[0] == "fleet: 2 host(s), 2 fit, 0 do not fit, 0 not planned"
-    assert summary[2].startswith("frank-zealot: fits - split none - one CUDA0, context ")
+    printed = debug_msgs(run.stdout, "Show the capacity table")
+    assert sorted(printed) == sorted(tables), printed   # a host that cannot be planned prints no table
+    for host, patterns in tables.items():
+        (table,) = printed[host]
+        assert_lines(table, patterns)
+    assert_lines(fleet_summary(run.stdout, "dankserver"), summary)
 
 
 def test_a_host_that_does_not_fit_stops_alone_and_is_in_the_summary(tmp_path):
@@ -143,7 +164,6 @@ def test_a_host_that_does_not_fit_stops_alone_and_is_in_the_summary(tmp_path):
     assert re.search(r"frank-zealot\s*: ok=\d+\s+changed=0 .*failed=0", run.stdout), run.stdout[-1500:]
     (dank,) = debug_msgs(run.stdout, "Show the capacity table")["dankserver"]
     assert dank[1] == "split: 50:15 (layer)" and dank[-1].startswith("binding: does not fit - serve.ctx_size 327680")
-    (summary,) = debug_msgs(run.stdout, "Fleet summary (one verdict per host)")["frank-zealot"]
-    assert summary[0] == "fleet: 2 host(s), 0 fit, 1 do not fit, 1 not planned"
-    assert summary[1].startswith("dankserver: DOES NOT FIT - split 50:15")
-    assert summary[2].startswith("frank-zealot: cannot plan: ")
+    assert_lines(fleet_summary(run.stdout, "frank-zealot"),
+                 [r"fleet: 2 host\(s\), 0 fit, 1 do not fit, 1 not planned", r"dankserver: DOES NOT FIT - split 50:15.*",
+                  r"frank-zealot: cannot plan: .*"])
