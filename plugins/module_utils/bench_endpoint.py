@@ -28,6 +28,13 @@ from ansible.module_utils.urls import open_url
 
 MIB = 1024 * 1024
 
+# The options of every module that talks to an endpoint through Endpoint (documented once, in the doc
+# fragment dankfleet.llm.endpoint).
+ENDPOINT_ARGUMENT_SPEC = dict(
+    url=dict(type='str', required=True),
+    api_key=dict(type='str', no_log=True),
+)
+
 # The series the speculative-decoding figures come from (runbook "Observability").
 METRIC_DRAFTS = 'llamacpp:spec_decode_num_drafts_total'
 METRIC_DRAFT_TOKENS = 'llamacpp:spec_decode_num_draft_tokens_total'

@@ -125,7 +125,7 @@ vram_source:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import ENDPOINT_ARGUMENT_SPEC, BenchError, Endpoint
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_spec import SHAPES, build_prompts, run_configuration
 
 DEFAULT_SIZES = {'prose_words': 700, 'prose_n_predict': 512, 'echo_words': 1000, 'echo_n_predict': 400,
@@ -135,8 +135,7 @@ DEFAULT_SIZES = {'prose_words': 700, 'prose_n_predict': 512, 'echo_words': 1000,
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            url=dict(type='str', required=True),
-            api_key=dict(type='str', no_log=True),
+            ENDPOINT_ARGUMENT_SPEC,
             shapes=dict(type='list', elements='str', choices=list(SHAPES), default=list(SHAPES)),
             sizes=dict(type='dict', default={}),
             seed=dict(type='int', default=20260916),

@@ -105,15 +105,14 @@ slots:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import ENDPOINT_ARGUMENT_SPEC, BenchError, Endpoint
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_turns import run_turns, summarize_turns
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            url=dict(type='str', required=True),
-            api_key=dict(type='str', no_log=True),
+            ENDPOINT_ARGUMENT_SPEC,
             model=dict(type='str', default=''),
             families=dict(type='int', default=2),
             turns=dict(type='int', default=2),

@@ -7,7 +7,9 @@ import os
 import shutil
 
 import pytest
+import yaml
 
+from ansible_collections.dankfleet.llm.plugins.doc_fragments.endpoint import ModuleDocFragment as EndpointDocFragment
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report as br
@@ -341,6 +343,14 @@ def test_vram_readers(tmp_path):
         (dev / 'mem_info_vram_total').write_text('%d\n' % (32 * 1048576))
     assert [(c['card'], c['used_mib']) for c in be.read_amdgpu_sysfs(str(tmp_path))] == [('ROCm0', 2.0), ('ROCm1', 3.0)]
     assert be.vram_summary([]) is None
+
+
+def test_endpoint_options_are_the_ones_the_doc_fragment_documents():
+    options = yaml.safe_load(EndpointDocFragment.DOCUMENTATION)['options']
+    assert sorted(options) == sorted(be.ENDPOINT_ARGUMENT_SPEC) == ['api_key', 'url']
+    for name, spec in be.ENDPOINT_ARGUMENT_SPEC.items():
+        assert (options[name]['type'], options[name].get('required', False)) == (spec['type'], spec.get('required', False))
+    assert be.ENDPOINT_ARGUMENT_SPEC['api_key']['no_log'] is True
 
 
 def _tool(directory, name, output, rc=0):
