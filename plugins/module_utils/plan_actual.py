@@ -246,11 +246,6 @@ def bound_bytes(backend, actual):
 
 # ------------------------------------------------------------------------------------ measuring
 
-def _device_names(plan, backend):
-    names = [d["name"] for d in (plan or {}).get("devices") or [] if isinstance(d, dict) and d.get("name")]
-    return names
-
-
 def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_devices="",
             compute_apps_text=None, gpu_uuids_text=None):
     """{device: {actual_bytes, source, ...}} for ``device_names`` (+ ``host``) and the warnings.

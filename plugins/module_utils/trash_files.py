@@ -55,7 +55,6 @@ MANIFEST_HEADERS = ('# dankfleet.llm trash MANIFEST v1', MANIFEST_HEADER)
 FILE_COLUMNS = ('kind', 'path', 'owner', 'group', 'mode', 'sha256', 'link_target', 'given')
 FILE_COLUMNS_V1 = FILE_COLUMNS[:7]
 UNIT_COLUMNS = ('kind', 'unit', 'scope', 'user', 'active_state', 'unit_file_state', 'sub_state')
-UNIT_STATE_KEYS = ('active_state', 'unit_file_state', 'sub_state')
 # Where systemd reads unit configuration we may have written (never /usr/lib or /run).
 SYSTEM_UNIT_DIRS = ('/etc/systemd/system',)
 USER_UNIT_DIRS = ('.config/systemd/user',)  # relative to the user's home
