@@ -482,7 +482,11 @@ class Fetcher:
         self._transfer_s = 0.0
 
     # -- validation ------------------------------------------------------
-    def _validate(self):
+    def check_inputs(self):
+        """Refuse bad input before anything on the host changes (dest's directory may still be missing)."""
+        self._validate(parent=False)
+
+    def _validate(self, parent=True):
         if self.verify not in ("stamp", "full"):
             raise FetchError("verify must be 'stamp' or 'full', got %r" % (self.verify,))
         if not self.url:
@@ -514,9 +518,9 @@ class Fetcher:
             if not stat.S_ISREG(st.st_mode):
                 raise FetchError("%s exists and is %s, not a regular file: gguf_fetch neither reads nor moves it; "
                                  "point dest elsewhere. Nothing was changed" % (path, file_kind(st.st_mode)))
-        parent = os.path.dirname(self.dest)
-        if not os.path.isdir(parent) and not self.check_mode:
-            raise FetchError("the directory of dest does not exist: %s (create it first, e.g. with ansible.builtin.file)" % parent)
+        if parent and not os.path.isdir(os.path.dirname(self.dest)) and not self.check_mode:
+            raise FetchError("the directory of dest does not exist: %s (create it first: the directories option, or "
+                             "ansible.builtin.file)" % os.path.dirname(self.dest))
 
     # -- trash -----------------------------------------------------------
     def _trash(self, path, reason, found_size, found_sha256):

@@ -64,7 +64,8 @@ options:
     required: true
   dest:
     description:
-      - Absolute path of the file to create (a relative path is refused). Its directory must exist.
+      - Absolute path of the file to create (a relative path is refused). Its directory must exist, or be one of
+        O(directories).
       - The download goes to C(<dest>.part) and the stamp to C(<dest>.verified.json).
     type: path
     required: true
@@ -140,6 +141,34 @@ options:
       - Verify the server's TLS certificate.
     type: bool
     default: true
+  directories:
+    description:
+      - Directories to make sure of first, each C(path) (absolute) with an optional C(owner), C(group) and C(mode),
+        as M(ansible.builtin.file) with C(state=directory) does - a missing one is created (missing parents too,
+        with the same owner, group and mode), a present one gets the owner, group and mode given.
+      - Every input is checked before the first directory is made; a path that exists and is not a directory
+        fails the task before anything is created.
+      - In check mode nothing is created or changed; RV(directories) says what would be.
+      - So one call per file is the whole fetch on a host where everything is already in place (the
+        C(dankfleet.llm.gguf_fetch) role passes its models directory, the file's own directory, the trash and
+        the progress log's directory).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The directory.
+        type: path
+        required: true
+      owner:
+        description: Its owner (name or uid).
+        type: str
+      group:
+        description: Its group (name or gid).
+        type: str
+      mode:
+        description: Its mode, as M(ansible.builtin.file) takes it (V('0755'), V(u=rwx,g=rx,o=rx)).
+        type: raw
   fsync:
     description:
       - Flush the C(.part) to disk before the rename, so a crash cannot leave a
@@ -309,12 +338,57 @@ progress_log:
   returned: always
   type: str
   sample: /var/log/dankfleet/gguf_fetch.log
+directories:
+  description:
+    - One entry per O(directories) item, in order - C(path), C(state) (V(present); V(created) or V(updated) - its
+      owner, group or mode set; in check mode V(would_create) or V(would_update)) and C(changed).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/var/lib/dankfleet/models", "state": "present", "changed": false},
+           {"path": "/var/lib/dankfleet/models/frank-medium", "state": "created", "changed": true}]
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, fetch
+from ansible.module_utils.common.text.converters import to_native
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, Fetcher, fetch
+
+
+def ensure_directories(module, directories):
+    """ansible.builtin.file state=directory for each item, in one call; check mode reports and changes nothing."""
+    for d in directories:  # every path is checked before the first directory is made
+        if not os.path.isabs(d["path"]):
+            module.fail_json(msg="directories: %s is not an absolute path. Nothing was changed" % d["path"],
+                             directories=[])
+        if os.path.lexists(d["path"]) and not os.path.isdir(d["path"]):
+            module.fail_json(msg="directories: %s exists and is not a directory: move it aside or point the "
+                                 "directory elsewhere. Nothing was changed" % d["path"], directories=[])
+    out = []
+    for d in directories:
+        path = os.path.normpath(d["path"])
+        attrs = dict(owner=d.get("owner"), group=d.get("group"), mode=d.get("mode"), follow=True)
+        missing = []
+        cur = path
+        while not os.path.lexists(cur):
+            missing.append(cur)
+            cur = os.path.dirname(cur)
+        entry = {"path": path, "state": "present", "changed": False}
+        if missing and module.check_mode:
+            entry.update(state="would_create", changed=True)
+        elif missing:
+            for p in reversed(missing):
+                try:
+                    os.mkdir(p)
+                except OSError as e:
+                    module.fail_json(msg="directories: could not create %s: %s" % (p, to_native(e)), directories=out)
+                module.set_fs_attributes_if_different(module.load_file_common_arguments(attrs, path=p), True)
+            entry.update(state="created", changed=True)
+        elif module.set_fs_attributes_if_different(module.load_file_common_arguments(attrs, path=path), False):
+            entry.update(state="would_update" if module.check_mode else "updated", changed=True)
+        out.append(entry)
+    return out
 
 
 def main():
@@ -335,22 +409,35 @@ def main():
             disk_margin_bytes=dict(type="int", default=1073741824),
             validate_certs=dict(type="bool", default=True),
             fsync=dict(type="bool", default=True),
+            directories=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                owner=dict(type="str"),
+                group=dict(type="str"),
+                mode=dict(type="raw"),
+            )),
         ),
         add_file_common_args=True,
         supports_check_mode=True,
     )
     p = module.params
+    args = (p["url"], p["dest"], p["size"], p["sha256"])
+    kwargs = dict(
+        token=p["token"], verify=p["verify"], retries=p["retries"],
+        retry_delay=p["retry_delay"], timeout=p["timeout"], trash_dir=p["trash_dir"],
+        progress_log=p["progress_log"], progress_interval=p["progress_interval"],
+        disk_margin_bytes=p["disk_margin_bytes"], validate_certs=p["validate_certs"],
+        fsync=p["fsync"], check_mode=module.check_mode,
+    )
+    directories = []
     try:
-        result = fetch(
-            p["url"], p["dest"], p["size"], p["sha256"],
-            token=p["token"], verify=p["verify"], retries=p["retries"],
-            retry_delay=p["retry_delay"], timeout=p["timeout"], trash_dir=p["trash_dir"],
-            progress_log=p["progress_log"], progress_interval=p["progress_interval"],
-            disk_margin_bytes=p["disk_margin_bytes"], validate_certs=p["validate_certs"],
-            fsync=p["fsync"], check_mode=module.check_mode,
-        )
+        if p["directories"]:
+            Fetcher(*args, **kwargs).check_inputs()  # bad input fails before a directory is made
+            directories = ensure_directories(module, p["directories"])
+        result = fetch(*args, **kwargs)
     except FetchError as e:
-        module.fail_json(msg=e.msg, **e.result)
+        module.fail_json(msg=e.msg, directories=directories, **e.result)
+    result["directories"] = directories
+    result["changed"] = result["changed"] or any(d["changed"] for d in directories)
 
     # Ownership and mode of the verified file; chmod/chown leave mtime alone, so the stamp stays valid.
     if os.path.exists(result["path"]):

@@ -226,6 +226,14 @@ options:
   release_dir:
     description: Release to verify (action C(verify)); default the one O(spec) names.
     type: path
+  verify_up_to_date:
+    description:
+      - With O(action=plan), when the release is up to date, also verify it in the same call, exactly as
+        O(action=verify) would (one round trip on a no-change run instead of two); RV(verify) and RV(msg) then
+        carry the verification, and a release that fails it fails the task with the same message.
+      - A release that is not up to date is not verified here; verify it after the install as before.
+    type: bool
+    default: false
 notes:
   - C(plan) and C(verify) change nothing and run in check mode; the other actions refuse check mode.
 seealso:
@@ -260,6 +268,11 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+msg:
+  description: What was done; with a verification, C(verified <release dir>: <version>[; devices ...]).
+  returned: always
+  type: str
+  sample: 'verified /opt/llama.cpp/releases/b11434-cpu-0123456789ab: version: 11434 (0000000)'
 plan:
   description: The plan (every action returns it).
   returned: always
@@ -303,7 +316,7 @@ bundle:
   sample: {}
 verify:
   description: Verification result; the module fails when C(problems) is not empty.
-  returned: when action is verify or install
+  returned: when action is verify or install, or plan with O(verify_up_to_date) and the release up to date
   type: dict
   sample: {problems: [], version: 'version: 0.6.0-dev (build 11434, commit unknown)', devices: []}
 '''
@@ -438,6 +451,19 @@ def do_install(spec, plan, outputs):
     return result, checked
 
 
+def do_verify(module, spec, plan, release_dir, result):
+    """Verify release_dir as its stamp says it was built; fail the task naming every problem."""
+    stamp = lcr.read_stamp(os.path.join(release_dir, 'BUILD_STAMP.json')) or {}
+    result['verify'] = lcr.verify(release_dir, **verify_args(spec, plan, stamp.get('outputs') or {}))
+    if result['verify']['problems']:
+        result.pop('msg', None)  # the plan's message: the failure's own replaces it
+        module.fail_json(msg='release %s failed verification:\n- %s'
+                         % (release_dir, '\n- '.join(result['verify']['problems'])), **result)
+    result['msg'] = 'verified %s: %s%s' % (
+        release_dir, (result['verify']['version'] or '').splitlines()[0],
+        ('; devices ' + ', '.join(result['verify']['devices'])) if result['verify']['devices'] else '')
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -445,6 +471,7 @@ def main():
             spec=dict(type='dict', required=True, options=SPEC_OPTIONS),
             outputs=dict(type='dict', default={}),
             release_dir=dict(type='path'),
+            verify_up_to_date=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
@@ -460,6 +487,8 @@ def main():
     try:
         if action == 'plan':
             result['msg'] = plan['message']
+            if module.params['verify_up_to_date'] and plan['up_to_date']:
+                do_verify(module, spec, plan, plan['release_dir'], result)
         elif action == 'toolchain':
             if spec['backend'] != 'hip':
                 module.fail_json(msg='action toolchain is for the hip backend', **result)
@@ -484,15 +513,7 @@ def main():
                 result['changed'] = True
                 result['msg'] = 'installed %s' % plan['release_dir']
         elif action == 'verify':
-            release_dir = module.params['release_dir'] or plan['release_dir']
-            stamp = lcr.read_stamp(os.path.join(release_dir, 'BUILD_STAMP.json')) or {}
-            result['verify'] = lcr.verify(release_dir, **verify_args(spec, plan, stamp.get('outputs') or {}))
-            if result['verify']['problems']:
-                module.fail_json(msg='release %s failed verification:\n- %s'
-                                 % (release_dir, '\n- '.join(result['verify']['problems'])), **result)
-            result['msg'] = 'verified %s: %s%s' % (
-                release_dir, (result['verify']['version'] or '').splitlines()[0],
-                ('; devices ' + ', '.join(result['verify']['devices'])) if result['verify']['devices'] else '')
+            do_verify(module, spec, plan, module.params['release_dir'] or plan['release_dir'], result)
     except lcr.ReleaseError as exc:
         module.fail_json(msg=str(exc), **result)
     except Exception as exc:  # pylint: disable=broad-except
