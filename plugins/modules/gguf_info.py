@@ -28,9 +28,18 @@ description:
   - Never changes anything; safe in check mode.
 options:
   path:
-    description: The GGUF file (model, draft model or mmproj) on the target host.
+    description:
+      - The GGUF file (model, draft model or mmproj) on the target host.
+      - One of O(path) and O(paths) is required.
     type: path
-    required: true
+  paths:
+    description:
+      - Several GGUF files in one call, a name (for example the payload role - V(target), V(drafter), V(mmproj))
+        mapped to each path; the result is RV(files), keyed the same way.
+      - Unlike O(path), nothing here fails the task -- a missing file is reported C(exists=false), one that cannot
+        be read C(error) (the message O(path) would fail with) -- so one read-only call tells a plan which files are
+        there and holds the headers of those that are; the caller decides what a missing or bad file means.
+    type: dict
   tensors:
     description: Also return the whole tensor table (name, shape, type, offset, nbytes) -- large for big models.
     type: bool
@@ -58,163 +67,199 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+files:
+  description:
+    - With O(paths), each name mapped to C(path), C(exists) (the path exists, as M(ansible.builtin.stat) sees it)
+      and either every key below (the file was read) or C(error) (why it could not be; absent files have neither).
+  returned: when O(paths) is given
+  type: dict
+  sample: {"target": {"path": "/var/lib/dankfleet/models/m/m.gguf", "exists": true, "architecture": "qwen35"},
+           "drafter": {"path": "/var/lib/dankfleet/models/d/d.gguf", "exists": false}}
 path:
   description: The file read.
-  returned: always
+  returned: when O(path) is given
   type: str
 file_size:
   description: Bytes on disk.
-  returned: always
+  returned: when O(path) is given
   type: int
 gguf_version:
   description: GGUF format version (2 or 3).
-  returned: always
+  returned: when O(path) is given
   type: int
 tensor_data_offset:
   description: Where tensor data starts (header and metadata size, padded to the alignment).
-  returned: always
+  returned: when O(path) is given
   type: int
 tensor_count:
   description: Number of tensors.
-  returned: always
+  returned: when O(path) is given
   type: int
 tensor_bytes_total:
   description: Sum of all tensors' bytes, computed from ggml type block sizes.
-  returned: always
+  returned: when O(path) is given
   type: int
 tensor_types:
   description: Count of tensors per ggml type.
-  returned: always
+  returned: when O(path) is given
   type: dict
 architecture:
   description: C(general.architecture).
-  returned: always
+  returned: when O(path) is given
   type: str
 architecture_supported:
   description: Whether the layer kinds of this architecture are derived (fit_plan refuses the others).
-  returned: always
+  returned: when O(path) is given
   type: bool
 is_mmproj:
   description: The file is a multimodal projector (C(clip) architecture).
-  returned: always
+  returned: when O(path) is given
   type: bool
 mmproj:
   description: For an mmproj -- C(projector_type), C(has_vision_encoder), C(has_audio_encoder), C(bytes).
-  returned: always
+  returned: when O(path) is given
   type: dict
 mmproj_bytes:
   description: Tensor bytes of an mmproj (0 otherwise).
-  returned: always
+  returned: when O(path) is given
   type: int
 block_count:
   description: C(<arch>.block_count), nextn blocks included.
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 nextn_predict_layers:
   description: Number of trailing MTP/NextN blocks.
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 n_layer:
   description: Trunk layers (block_count - nextn_predict_layers).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 context_length:
   description: The trained context (C(<arch>.context_length)).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 embedding_length:
   description: C(n_embd).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 vocab_size:
   description: Tokenizer size.
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 layers:
   description: Per layer -- C(index), C(kind), C(n_head), C(n_head_kv), C(key_length), C(value_length), C(n_ff),
     C(kv_bytes_per_token_f16), C(tensor_bytes).
-  returned: always
+  returned: when O(path) is given
   type: list
   elements: dict
 layer_kinds:
   description: The C(kind) of every layer, in order.
-  returned: always
+  returned: when O(path) is given
   type: list
   elements: str
 layer_counts:
   description: Number of layers of each kind.
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: dict
 ssm:
   description: C(conv_kernel), C(inner_size), C(state_size), C(group_count), C(time_step_rank).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: dict
 recurrent_state:
   description: C(r_floats), C(s_floats) and C(bytes_per_layer_per_seq) (f32) of one recurrent layer.
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: dict
 sliding_window:
   description: The attention window (null if none).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 token_embd_bytes:
   description: Bytes of the token embedding (kept on the host by llama.cpp).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 output_bytes:
   description: Bytes placed on the output device (output.weight, or the duplicated token_embd when tied, norms,
     drafter heads).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 drafter:
   description: For a dflash/dspark drafter -- C(kind), C(block_size), C(selector_rank), C(selector_top_k),
     C(mask_token_id), C(target_layers), C(markov_head); null for other models.
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: dict
 block_size:
   description: A block drafter's C(dflash.block_size).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 selector_top_k:
   description: DFlash2's candidate selector top-k (0 without a selector).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 mask_token_id:
   description: C(tokenizer.ggml.mask_token_id).
-  returned: when not an mmproj
+  returned: when O(path) is given and the file is not an mmproj
   type: int
 metadata:
   description: Every key/value pair; arrays longer than 64 elements are summarised as type and length.
-  returned: always
+  returned: when O(path) is given
   type: dict
 tensors:
   description: The tensor table, when O(tensors=true).
-  returned: when requested
+  returned: when requested (O(path) given)
   type: list
   elements: dict
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
 
 
+def read(path, tensors):
+    """The facts of one file; GGUFError names the file and the problem."""
+    g = read_gguf(path)
+    facts = facts_from_gguf(g)
+    if tensors:
+        facts["tensors"] = [t.as_dict() for t in g.tensors]
+    return facts
+
+
+def read_each(paths, tensors):
+    """name -> facts of each path, or what kept it from being read; never raises for one file."""
+    files = {}
+    for name, path in paths.items():
+        path = os.path.expanduser(str(path))
+        if not os.path.exists(path):
+            files[name] = {"path": path, "exists": False}
+            continue
+        try:
+            files[name] = dict(read(path, tensors), path=path, exists=True)
+        except (GGUFError, OSError) as exc:
+            files[name] = {"path": path, "exists": True, "error": str(exc)}
+    return files
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", required=True),
+            path=dict(type="path"),
+            paths=dict(type="dict"),
             tensors=dict(type="bool", default=False),
         ),
+        mutually_exclusive=[("path", "paths")],
+        required_one_of=[("path", "paths")],
         supports_check_mode=True,
     )
+    if module.params["paths"] is not None:
+        module.exit_json(changed=False, files=read_each(module.params["paths"], module.params["tensors"]))
     path = module.params["path"]
     try:
-        g = read_gguf(path)
-        facts = facts_from_gguf(g)
+        facts = read(path, module.params["tensors"])
     except GGUFError as exc:
         module.fail_json(msg=str(exc), path=path)
-    if module.params["tensors"]:
-        facts["tensors"] = [t.as_dict() for t in g.tensors]
     module.exit_json(changed=False, **facts)
 
 
