@@ -89,6 +89,8 @@ def test_role_fetches_and_publishes_paths(tmp_path):
         rc, out, models = play(tmp_path, manifest, check=True)
         assert rc == 0, out[-3000:]
         assert "would_download" in out and not (models / "tgt" / "t.gguf").exists()
+        # the directories too are only reported: check mode makes none
+        assert not models.exists() and not (tmp_path / "elsewhere").exists() and not (tmp_path / "log").exists()
         assert len(server.requests) == 0
         rc, out, models = play(tmp_path, manifest)
         assert rc == 0, out[-3000:]

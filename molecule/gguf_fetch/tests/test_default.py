@@ -47,6 +47,10 @@ for event in sorted(os.listdir(trash)):
             if p != os.path.join(top, "MANIFEST"):
                 out["trash"][event]["files"]["/" + os.path.relpath(p, top)] = sha(p)
 out["log"] = open("/var/log/dankfleet/gguf_fetch.log").read()
+out["dirs"] = {}
+for d in (models, models + "/qwen35-mtp", models + "/draft-dflash", "/var/log/dankfleet"):
+    st = os.stat(d)
+    out["dirs"][d] = [pwd.getpwuid(st.st_uid).pw_name, grp.getgrgid(st.st_gid).gr_name, "%04o" % (st.st_mode & 0o7777)]
 out["manifest"] = json.load(open("/srv/dankfleet-cache/models/MANIFEST.json"))
 out["mirror"] = subprocess.run(["systemctl", "is-active", "gguf-fetch-mirror"],
                                capture_output=True, text=True).stdout.strip()
@@ -101,6 +105,13 @@ def test_progress_log_shows_the_dropped_connection_and_the_resume(state):
     assert "draft-dflash.gguf attempt 1 failed: the server ended the body at byte 65536" in log
     assert "swa-dense.gguf resume from byte" in log
     assert log.count("verified and promoted") == 6  # three files in converge, three repaired
+
+
+def test_directories_have_their_owner_and_mode(state):
+    """Made by the fetch module's own call (its directories option), as the role's file tasks made them."""
+    serve = ["llama", "llama", "0755"]
+    assert state["dirs"] == {MODELS: serve, MODELS + "/qwen35-mtp": serve, MODELS + "/draft-dflash": serve,
+                             "/var/log/dankfleet": ["root", "root", "0755"]}
 
 
 def test_mirror_still_serving(state):
