@@ -39,6 +39,7 @@ options:
       - Unlike O(path), nothing here fails the task -- a missing file is reported C(exists=false), one that cannot
         be read C(error) (the message O(path) would fail with) -- so one read-only call tells a plan which files are
         there and holds the headers of those that are; the caller decides what a missing or bad file means.
+      - The paths are taken as they are (no C(~) expansion); give absolute ones.
     type: dict
   tensors:
     description: Also return the whole tensor table (name, shape, type, offset, nbytes) -- large for big models.
@@ -231,7 +232,7 @@ def read_each(paths, tensors):
     """name -> facts of each path, or what kept it from being read; never raises for one file."""
     files = {}
     for name, path in paths.items():
-        path = os.path.expanduser(str(path))
+        path = str(path)
         if not os.path.exists(path):
             files[name] = {"path": path, "exists": False}
             continue

@@ -269,7 +269,7 @@ EXAMPLES = r'''
 
 RETURN = r'''
 msg:
-  description: What was done; with a verification, C(verified <release dir>: <version>[; devices ...]).
+  description: What was done; with a verification, C(verified <release dir>) and the version (and the devices).
   returned: always
   type: str
   sample: 'verified /opt/llama.cpp/releases/b11434-cpu-0123456789ab: version: 11434 (0000000)'

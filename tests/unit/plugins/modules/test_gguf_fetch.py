@@ -42,13 +42,14 @@ def run(capsys, check=False, **args):
 
 def args(tmp_path, url, **over):
     models = tmp_path / "models"
+    directories = [
+        {"path": str(models), "owner": USER, "group": GROUP, "mode": "0755"},
+        {"path": str(models / "m"), "owner": USER, "group": GROUP, "mode": "0750"},
+        {"path": str(models / ".trash"), "mode": "0700"},
+        {"path": str(tmp_path / "log" / "deep"), "mode": "0755"},
+    ]
     a = dict(url=url, dest=str(models / "m" / "m.gguf"), size=len(DATA), sha256=hashlib.sha256(DATA).hexdigest(),
-             disk_margin_bytes=0, directories=[
-                 {"path": str(models), "owner": USER, "group": GROUP, "mode": "0755"},
-                 {"path": str(models / "m"), "owner": USER, "group": GROUP, "mode": "0750"},
-                 {"path": str(models / ".trash"), "mode": "0700"},
-                 {"path": str(tmp_path / "log" / "deep"), "mode": "0755"},
-             ])
+             disk_margin_bytes=0, directories=directories)
     a.update(over)
     return a
 
