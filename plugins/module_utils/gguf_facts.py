@@ -24,6 +24,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import math
+import os
 import re
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
@@ -462,6 +463,35 @@ def facts_from_gguf(g):
     return facts
 
 
-def gguf_facts(path):
-    """Read the GGUF at path and return its facts (raises GGUFError naming the file and the problem)."""
-    return facts_from_gguf(read_gguf(path))
+def gguf_facts(path, tensors=False):
+    """Read the GGUF at path and return its facts (raises GGUFError naming the file and the problem).
+
+    tensors: also the whole tensor table (name, shape, type, offset, nbytes) -- large for big models.
+    """
+    g = read_gguf(path)
+    facts = facts_from_gguf(g)
+    if tensors:
+        facts["tensors"] = [t.as_dict() for t in g.tensors]
+    return facts
+
+
+def gguf_files(paths, tensors=False):
+    """name -> path of each GGUF file -> name -> its facts plus ``path`` and ``exists``, in one read.
+
+    What a plan needs of a payload: which files are there, and the headers of those that are. Nothing raises for
+    one file: a missing one is ``{path, exists: False}``, one that cannot be read ``{path, exists: True, error}``
+    (the message reading it alone fails with); the caller decides what that means.
+    """
+    files = {}
+    for name, path in paths.items():
+        path = str(path)
+        if not os.path.exists(path):
+            files[name] = {"path": path, "exists": False}
+            continue
+        try:
+            facts = gguf_facts(path, tensors)
+        except (GGUFError, OSError) as exc:
+            files[name] = {"path": path, "exists": True, "error": str(exc)}
+            continue
+        files[name] = dict(facts, path=path, exists=True)
+    return files

@@ -212,35 +212,9 @@ tensors:
   elements: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
-
-
-def read(path, tensors):
-    """The facts of one file; GGUFError names the file and the problem."""
-    g = read_gguf(path)
-    facts = facts_from_gguf(g)
-    if tensors:
-        facts["tensors"] = [t.as_dict() for t in g.tensors]
-    return facts
-
-
-def read_each(paths, tensors):
-    """name -> facts of each path, or what kept it from being read; never raises for one file."""
-    files = {}
-    for name, path in paths.items():
-        path = str(path)
-        if not os.path.exists(path):
-            files[name] = {"path": path, "exists": False}
-            continue
-        try:
-            files[name] = dict(read(path, tensors), path=path, exists=True)
-        except (GGUFError, OSError) as exc:
-            files[name] = {"path": path, "exists": True, "error": str(exc)}
-    return files
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts, gguf_files
 
 
 def main():
@@ -255,10 +229,10 @@ def main():
         supports_check_mode=True,
     )
     if module.params["paths"] is not None:
-        module.exit_json(changed=False, files=read_each(module.params["paths"], module.params["tensors"]))
+        module.exit_json(changed=False, files=gguf_files(module.params["paths"], module.params["tensors"]))
     path = module.params["path"]
     try:
-        facts = read(path, module.params["tensors"])
+        facts = gguf_facts(path, module.params["tensors"])
     except GGUFError as exc:
         module.fail_json(msg=str(exc), path=path)
     module.exit_json(changed=False, **facts)

@@ -65,6 +65,13 @@ options:
       - Leave false on hosts with discrete cards; set true on an APU-only host (for example Strix Halo).
     type: bool
     default: false
+  gguf_paths:
+    description:
+      - Also look for these GGUF files (a name, for example the payload role, mapped to each path) where the module
+        runs and read their headers, in the same call, as M(dankfleet.llm.gguf_info) with C(paths) does; the result
+        is RV(gguf_files). One round trip gives a plan both its devices and its payload.
+      - A missing or unreadable file is reported there, never failed. The paths are taken as given (absolute).
+    type: dict
 attributes:
   check_mode:
     description: Can run in check_mode and return the same facts; it never changes anything.
@@ -248,11 +255,19 @@ sources:
   description: Where the facts came from (C(sysfs_root), C(lspci), C(nvidia_smi), C(rocm_smi), C(facts_file)).
   returned: always
   type: dict
+gguf_files:
+  description:
+    - With O(gguf_paths), each name mapped to C(path), C(exists) and either the file's header facts (the keys
+      M(dankfleet.llm.gguf_info) returns) or C(error) - what M(dankfleet.llm.gguf_info) returns as C(files).
+  returned: when O(gguf_paths) is given
+  type: dict
+  sample: {"target": {"path": "/var/lib/dankfleet/models/m/m.gguf", "exists": false}}
 '''
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_files
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import (
     GpuFactsError, LSPCI_ARGS, NVIDIA_SMI_ARGS, ROCM_SMI_ARGS, collect, load_facts)
 
@@ -291,6 +306,7 @@ ARGUMENT_SPEC = dict(
     nvidia_smi_output_file=dict(type='path'),
     rocm_smi_output_file=dict(type='path'),
     include_integrated=dict(type='bool', default=False),
+    gguf_paths=dict(type='dict'),
 )
 MUTUALLY_EXCLUSIVE = [
     ('facts_file', 'sysfs_root'), ('facts_file', 'lspci_output_file'),
@@ -303,9 +319,10 @@ def main():
                            supports_check_mode=True)
     params = module.params
     try:
+        payload = {} if params['gguf_paths'] is None else {'gguf_files': gguf_files(params['gguf_paths'])}
         if params['facts_file']:
             result = load_facts(params['facts_file'], params['include_integrated'])
-            module.exit_json(changed=False, **result)  # recorded warnings stay in facts_warnings
+            module.exit_json(changed=False, **dict(result, **payload))  # recorded warnings stay in facts_warnings
         root = params['sysfs_root'] or '/'
         live = os.path.realpath(root) == '/'
         warnings = []
@@ -332,7 +349,7 @@ def main():
         module.fail_json(msg=str(exc))
     for warning in result['facts_warnings']:
         module.warn(warning)
-    module.exit_json(changed=False, **result)
+    module.exit_json(changed=False, **dict(result, **payload))
 
 
 if __name__ == '__main__':
