@@ -72,142 +72,142 @@ files:
   description:
     - With O(paths), each name mapped to C(path), C(exists) (the path exists, as M(ansible.builtin.stat) sees it)
       and either every key below (the file was read) or C(error) (why it could not be; absent files have neither).
-  returned: when O(paths) is given
+  returned: when O(paths) is given (then alone - every other key below is in each of its entries instead)
   type: dict
   sample: {"target": {"path": "/var/lib/dankfleet/models/m/m.gguf", "exists": true, "architecture": "qwen35"},
            "drafter": {"path": "/var/lib/dankfleet/models/d/d.gguf", "exists": false}}
 path:
   description: The file read.
-  returned: when O(path) is given
+  returned: always
   type: str
 file_size:
   description: Bytes on disk.
-  returned: when O(path) is given
+  returned: always
   type: int
 gguf_version:
   description: GGUF format version (2 or 3).
-  returned: when O(path) is given
+  returned: always
   type: int
 tensor_data_offset:
   description: Where tensor data starts (header and metadata size, padded to the alignment).
-  returned: when O(path) is given
+  returned: always
   type: int
 tensor_count:
   description: Number of tensors.
-  returned: when O(path) is given
+  returned: always
   type: int
 tensor_bytes_total:
   description: Sum of all tensors' bytes, computed from ggml type block sizes.
-  returned: when O(path) is given
+  returned: always
   type: int
 tensor_types:
   description: Count of tensors per ggml type.
-  returned: when O(path) is given
+  returned: always
   type: dict
 architecture:
   description: C(general.architecture).
-  returned: when O(path) is given
+  returned: always
   type: str
 architecture_supported:
   description: Whether the layer kinds of this architecture are derived (fit_plan refuses the others).
-  returned: when O(path) is given
+  returned: always
   type: bool
 is_mmproj:
   description: The file is a multimodal projector (C(clip) architecture).
-  returned: when O(path) is given
+  returned: always
   type: bool
 mmproj:
   description: For an mmproj -- C(projector_type), C(has_vision_encoder), C(has_audio_encoder), C(bytes).
-  returned: when O(path) is given
+  returned: always
   type: dict
 mmproj_bytes:
   description: Tensor bytes of an mmproj (0 otherwise).
-  returned: when O(path) is given
+  returned: always
   type: int
 block_count:
   description: C(<arch>.block_count), nextn blocks included.
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 nextn_predict_layers:
   description: Number of trailing MTP/NextN blocks.
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 n_layer:
   description: Trunk layers (block_count - nextn_predict_layers).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 context_length:
   description: The trained context (C(<arch>.context_length)).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 embedding_length:
   description: C(n_embd).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 vocab_size:
   description: Tokenizer size.
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 layers:
   description: Per layer -- C(index), C(kind), C(n_head), C(n_head_kv), C(key_length), C(value_length), C(n_ff),
     C(kv_bytes_per_token_f16), C(tensor_bytes).
-  returned: when O(path) is given
+  returned: always
   type: list
   elements: dict
 layer_kinds:
   description: The C(kind) of every layer, in order.
-  returned: when O(path) is given
+  returned: always
   type: list
   elements: str
 layer_counts:
   description: Number of layers of each kind.
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: dict
 ssm:
   description: C(conv_kernel), C(inner_size), C(state_size), C(group_count), C(time_step_rank).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: dict
 recurrent_state:
   description: C(r_floats), C(s_floats) and C(bytes_per_layer_per_seq) (f32) of one recurrent layer.
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: dict
 sliding_window:
   description: The attention window (null if none).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 token_embd_bytes:
   description: Bytes of the token embedding (kept on the host by llama.cpp).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 output_bytes:
   description: Bytes placed on the output device (output.weight, or the duplicated token_embd when tied, norms,
     drafter heads).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 drafter:
   description: For a dflash/dspark drafter -- C(kind), C(block_size), C(selector_rank), C(selector_top_k),
     C(mask_token_id), C(target_layers), C(markov_head); null for other models.
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: dict
 block_size:
   description: A block drafter's C(dflash.block_size).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 selector_top_k:
   description: DFlash2's candidate selector top-k (0 without a selector).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 mask_token_id:
   description: C(tokenizer.ggml.mask_token_id).
-  returned: when O(path) is given and the file is not an mmproj
+  returned: when not an mmproj
   type: int
 metadata:
   description: Every key/value pair; arrays longer than 64 elements are summarised as type and length.
-  returned: when O(path) is given
+  returned: always
   type: dict
 tensors:
   description: The tensor table, when O(tensors=true).
-  returned: when requested (O(path) given)
+  returned: when requested
   type: list
   elements: dict
 """

@@ -6,14 +6,13 @@ a present directory gets the mode it is given; a second run changes nothing.
 """
 import grp
 import hashlib
-import json
 import os
 import pwd
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_fetch as module
+from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 import range_http_server
 
 DATA = b"GGUF" + bytes(range(256)) * 16
@@ -31,13 +30,7 @@ def mirror(tmp_path_factory):
 
 
 def run(capsys, check=False, **args):
-    """The module's main() with these arguments; its JSON result (failed or not)."""
-    if check:
-        args["_ansible_check_mode"] = True
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            module.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(capsys, module.main, check_mode=check, **args)
 
 
 def args(tmp_path, url, **over):

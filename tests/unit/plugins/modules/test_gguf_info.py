@@ -2,21 +2,16 @@
 there, and the headers of those that are), reporting a missing or unreadable file instead of failing; `path` keeps
 its old shape (a bad file fails the task). Real GGUFs from tests/lab/gen_models.py.
 """
-import json
-
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_info as module
+from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 
 gen_models = pytest.importorskip("gen_models")
 
 
 def run(capsys, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            module.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(capsys, module.main, **args)
 
 
 def test_paths_reads_what_is_there_and_reports_the_rest(tmp_path, capsys):

@@ -2,25 +2,17 @@
 round trip), exactly what gguf_info's paths option returns; without it the result has no gguf_files.
 A recorded board (tests/fixtures/gpu) and real GGUFs from tests/lab/gen_models.py.
 """
-import json
 import os
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_info
 from ansible_collections.dankfleet.llm.plugins.modules import gpu_facts as module
+from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module as run
 
 gen_models = pytest.importorskip("gen_models")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 BOARD = os.path.join(REPO, "tests/fixtures/gpu/b850-proart.facts.json")
-
-
-def run(capsys, main, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            main()
-    return json.loads(capsys.readouterr().out)
 
 
 def test_gguf_paths_reads_the_payload_as_gguf_info_does(tmp_path, capsys):

@@ -4,17 +4,16 @@ the same call (a no-change run of the build role makes one round trip), exactly 
 The release is real ELF: the synthetic toolchain's build of llama-server, bundled by the module_utils' own bundle()
 and stamped with the plan's inputs, as an install would leave it.
 """
-import json
 import os
 import shutil
 import subprocess
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
 from ansible_collections.dankfleet.llm.plugins.modules import llama_cpp_release as module
+from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 import synthetic_toolchain
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
@@ -35,11 +34,7 @@ def spec(tmp_path):
 
 
 def run(capsys, **args):
-    """The module's main() with these arguments; its JSON result (failed or not)."""
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            module.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(capsys, module.main, **args)
 
 
 def installed_release(tmp_path, capsys):
