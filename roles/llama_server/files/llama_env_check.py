@@ -15,11 +15,38 @@ problem on stderr and exit status 1:
   differs from DEVICES, CHAT_TEMPLATE_KWARGS that is not a JSON object.
 
 With --json, also print the parsed variables as a JSON object on stdout (the gate reads the live
-shape's alias, port, slots and key from it). Python 3 standard library only: it runs on the target host as the template's validate command.
+shape's alias, port, slots and key from it). Python 3 standard library only: it runs on the target host as the
+template's validate command, with the collection's env-file parser (llama_env.py) installed beside it.
 """
+import importlib.util
 import json
+import os
 import re
 import sys
+
+# The parser is the collection's own module_utils/llama_env.py - ONE copy: the role installs it beside this
+# script on the host; run from the source tree (tests, tests/gpu/render_serve.yml) it is the repo's file.
+# Loaded by path under its own name: this script has no package and adds nothing to sys.path.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PARSER_PLACES = (os.path.join(_HERE, 'llama_env.py'),
+                  os.path.join(_HERE, os.pardir, os.pardir, os.pardir, 'plugins', 'module_utils', 'llama_env.py'))
+
+
+def _load_parser():
+    for path in _PARSER_PLACES:
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location('llama_env', path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    sys.stderr.write('llama-env-check: llama_env.py (the env-file parser) is neither beside %s nor in the '
+                     'collection\'s plugins/module_utils: run the llama_server role again to install it\n' % _HERE)
+    sys.exit(2)
+
+
+llama_env = _load_parser()
+parse_value = llama_env.parse_value
+parse = llama_env.parse
 
 # llama.cpp b11434's rules (HIP_BARE, SPEC_TYPES, MODEL_BACKED, the SPLIT_MODE/FLASH_ATTN/REASONING choices) are a
 # stdlib copy of plugins/module_utils/llama_cpp_rules.py; tests/unit/plugins/module_utils/test_llama_cpp_rules.py
@@ -41,72 +68,8 @@ CHOICES = {
 SPEC_TYPES = ('draft-simple', 'draft-eagle3', 'draft-mtp', 'draft-dflash', 'draft-dspark', 'ngram-simple',
               'ngram-map-k', 'ngram-map-k4v', 'ngram-mod', 'ngram-cache')
 MODEL_BACKED = ('draft-simple', 'draft-eagle3', 'draft-dflash', 'draft-dspark')
-NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 INTEGER = re.compile(r'^-?[0-9]+$')
 NUMBER = re.compile(r'^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$')
-DOUBLE_QUOTE_ESCAPES = '"\\`$'
-
-
-def parse_value(raw):
-    """systemd's reading of the text after '=' (env-file.c, without line continuations)."""
-    out = []
-    raw = raw.strip()
-    i, n = 0, len(raw)
-    while i < n:
-        c = raw[i]
-        if c == "'":
-            end = raw.find("'", i + 1)
-            if end < 0:
-                raise ValueError('unterminated single quote')
-            out.append(raw[i + 1:end])
-            i = end + 1
-        elif c == '"':
-            i += 1
-            while True:
-                if i >= n:
-                    raise ValueError('unterminated double quote')
-                c = raw[i]
-                if c == '"':
-                    i += 1
-                    break
-                if c == '\\' and i + 1 < n and raw[i + 1] in DOUBLE_QUOTE_ESCAPES:
-                    out.append(raw[i + 1])
-                    i += 2
-                    continue
-                out.append(c)
-                i += 1
-        elif c == '\\' and i + 1 < n:
-            out.append(raw[i + 1])
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return ''.join(out)
-
-
-def parse(text):
-    """(variables, problems) of an env file's text."""
-    variables, problems = {}, []
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith('#') or stripped.startswith(';'):
-            continue
-        if '=' not in stripped:
-            problems.append('line %d is neither a comment nor NAME=VALUE: %r' % (number, line))
-            continue
-        name, raw = stripped.split('=', 1)
-        name = name.strip()
-        if not NAME.match(name):
-            problems.append('line %d: %r is not a valid variable name' % (number, name))
-            continue
-        if name in variables:
-            problems.append('line %d: %s is set twice (first value %r)' % (number, name, variables[name]))
-            continue
-        try:
-            variables[name] = parse_value(raw)
-        except ValueError as exc:
-            problems.append('line %d: %s: %s' % (number, name, exc))
-    return variables, problems
 
 
 def check(variables):
