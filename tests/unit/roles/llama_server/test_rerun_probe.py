@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+"""The preflight's one dankfleet.llm.host_state call reads every path a writing task of the role targets, and
+every writing task is skipped only through dankfleet.llm.host_state_current on what that call read: a new file,
+directory or release path the probe does not read would cost a round trip on every re-run (or, worse, be
+skipped on a stale reading)."""
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import pytest
+import yaml
+
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import _trust, load_yaml, role_file
+
+TASKS = ('install.yml', 'config.yml', 'service.yml')
+
+
+def _templar(overrides=None):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    variables = {}
+    for part in ('defaults', 'vars'):
+        variables.update(_trust(load_yaml(role_file('llama_server', part, 'main.yml'))))
+    variables.update(overrides or {})
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return lambda expression: templar.template(trust_as_template(expression))
+
+
+def _tasks(name):
+    with open(role_file('llama_server', 'tasks', name)) as handle:
+        return yaml.safe_load(handle)
+
+
+@pytest.mark.parametrize('overrides', [
+    {},
+    {'llama_server_service_name': 'frank-medium', 'llama_server_spec_type': ['draft-dflash', 'ngram-mod'],
+     'llama_server_drafter_path': '/m/d.gguf', 'llama_server_vision': True, 'llama_server_mmproj_path': '/m/mm.gguf',
+     'llama_server_chat_template_file': '/etc/llama-server/t.jinja', 'llama_server_model_path': '/m/t.gguf'},
+])
+def test_the_probe_reads_every_path_the_role_writes_or_checks(overrides):
+    t = _templar(overrides)
+    probed = t('{{ _llama_server_probe_paths }}')
+    assert len(probed) == len(set(probed)) and all(p.startswith('/') for p in probed)
+    written = [t(d['path']) for d in t('{{ _llama_server_directories }}')]
+    for name in TASKS:
+        for task in _tasks(name):
+            for module in ('ansible.builtin.template', 'ansible.builtin.copy'):
+                if module in task:
+                    written.append(t(task[module]['dest']))
+    assert len(written) == 5 + 2 + 3
+    inputs = [i['path'] for i in t('{{ _llama_server_inputs }}') if i['path']]
+    marks = [t('{{ _llama_server_gate_pending }}'), t('{{ _llama_server_rollback_dir }}/env'), t('{{ llama_server_release_link }}')]
+    assert sorted(set(written + inputs + marks)) == sorted(probed)
+    if overrides:
+        assert {'/m/d.gguf', '/m/mm.gguf', '/m/t.gguf', '/etc/llama-server/t.jinja'} <= set(probed)
+
+
+def test_an_empty_or_relative_input_is_not_read_but_counts_as_missing():
+    t = _templar({'llama_server_model_path': '', 'llama_server_chat_template_file': 'rel/t.jinja'})
+    probed = t('{{ _llama_server_probe_paths }}')
+    assert '' not in probed and 'rel/t.jinja' not in probed
+    assert [i['what'] for i in t('{{ _llama_server_inputs }}')] == ['llama-server binary', 'model', 'chat template']
+
+
+def test_every_writing_task_is_skipped_only_by_what_the_probe_read():
+    for name in ('install.yml', 'config.yml'):
+        for task in _tasks(name):
+            if 'ansible.builtin.template' in task or 'ansible.builtin.copy' in task:
+                dest = (task.get('ansible.builtin.template') or task['ansible.builtin.copy'])['dest']
+                when = task['when']
+                assert 'dankfleet.llm.host_state_current(' in when, task['name']
+                # the very path the task writes, with the task's own mode
+                assert '_llama_server_paths_now[%s]' % dest.strip('{} ') in when, task['name']
+                mode = (task.get('ansible.builtin.template') or task['ansible.builtin.copy'])['mode']
+                assert "mode='%s'" % mode in when, task['name']
+    common = load_yaml(role_file('_common', 'tasks', 'install.yml'))
+    (directories,) = [t for t in common if t.get('name') == 'Create the directories']
+    assert any('_common_state[item.path]' in w and "state='directory'" in w for w in directories['when'])
