@@ -8,8 +8,8 @@ The service reads the file through systemd's ``EnvironmentFile=``, so this reads
 of ``" \\ ` $`` (systemd's env-file.c, without line continuations). Every Python reader of a live
 env file imports this (the gate module, plan_actual, the benchmarks). The role's host-side checker
 ``roles/llama_server/files/llama_env_check.py`` runs as a template's ``validate`` command with no
-collection on the host, so it keeps a stdlib copy of ``parse_value``/``parse``; a unit test asserts
-the two read every case alike.
+collection on the host: the role installs this very file beside it, and the checker loads it from
+there (from the source tree, from here). Keep it stdlib-only and importable as a plain file.
 """
 
 from __future__ import (absolute_import, division, print_function)
