@@ -16,7 +16,9 @@ fetch ratio against curl.
    ratio re-run / first converge (target <= 0.20: a no-change re-run is cheap), the tasks each ran
    (the recap's ok, which counts the changed ones too) and, from ``make lab``'s step table, where the re-run's time went.
    ``--profile`` turns on ``ansible.posix.profile_tasks`` for both runs and prints the re-run's
-   slowest tasks. Each run's whole output is kept beside the JSON (``<out>.first.log``, ``.rerun.log``).
+   slowest tasks and its host round trips: the tasks that ran for a host (the callback printed ok,
+   changed or failed for them, not only skipping) and took the time of one (>= 0.2 s; a set_fact,
+   assert or debug on the controller takes ~0.02 s) - what a no-change re-run should make fewest of. Each run's whole output is kept beside the JSON (``<out>.first.log``, ``.rerun.log``).
 3. ``benchmarks/fetch_vs_curl.py`` (the fetch branch's benchmark), when present, runs with
    ``--fetch-args``; its median wall ratios gguf_fetch/curl are reported (target <= 1.10).
 
@@ -49,6 +51,14 @@ RECAP_LINE = re.compile(r"^(?P<host>\S+)\s*:\s*(?P<counts>(?:\w+=\d+\s*)+)$")
 # ansible.posix.profile_tasks' summary: "<task name> ------------ 1.23s"
 PROFILE_LINE = re.compile(r"^(?P<task>\S.*?) ?-+ (?P<s>[0-9]+\.[0-9]+)s$")
 # tests/lab/steps.sh's table: "  <step>   <seconds>  <result>"
+# the default callback's task headers and per-host results (ok/changed/failed/skipping: [host])
+TASK_HEAD = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(?P<task>.*)\] \*+\s*$")
+TASK_RESULT = re.compile(r"^(?P<status>ok|changed|failed|fatal|skipping|unreachable|included): \[")
+# a task that goes to the host takes at least this long (a round trip is ~0.3 s - the --floor figure -, a
+# task on the controller ~0.02 s, a big filter or an argument spec check up to ~0.15 s)
+ROUND_TRIP_S = 0.2
+# ansible's own argument spec check (validate_argument_spec) runs on the controller, however long it takes
+CONTROLLER_ONLY = re.compile(r"(?:^|: )Validating arguments against arg spec ")
 STEPS_HEAD = re.compile(r"^(?P<title>.+): where the time went$")
 STEPS_ROW = re.compile(r"^  (?P<step>\s*\S.*?)\s+(?P<s>[0-9]+)  (?P<result>\S.*)$")
 RATIO_TARGET = 0.20
@@ -81,6 +91,37 @@ def parse_recap(text: str) -> dict:
 def parse_profile(text: str) -> list:
     """profile_tasks' summaries (one per playbook run) -> [(task, seconds)] in the order printed."""
     return [(m.group("task"), float(m.group("s"))) for m in map(PROFILE_LINE.match, text.splitlines()) if m]
+
+
+def parse_task_results(text: str) -> list:
+    """The callback's output -> [(task, ran)] in the order run; ran: some host reported ok, changed,
+    failed or unreachable (not only skipping; a meta task or an include reports neither: False)."""
+    out = []
+    for line in text.splitlines():
+        head = TASK_HEAD.match(line)
+        if head:
+            out.append([head.group("task"), False])
+            continue
+        result = TASK_RESULT.match(line)
+        if result and out and result.group("status") not in ("skipping", "included"):
+            out[-1][1] = True
+    return [tuple(x) for x in out]
+
+
+def round_trips(tasks: list, results: list) -> dict:
+    """Timed tasks + the callback's results -> the host round trips: tasks that ran (not skipped), took
+    >= ROUND_TRIP_S and are not ansible's argument spec check. The two lists are matched in order by name;
+    a timed task whose result is not found counts when it took that long."""
+    trips, j = [], 0
+    for task, seconds in tasks:
+        ran = None
+        for k in range(j, len(results)):
+            if results[k][0] == task:
+                ran, j = results[k][1], k + 1
+                break
+        if (ran is None or ran) and seconds >= ROUND_TRIP_S and not CONTROLLER_ONLY.search(task):
+            trips.append({"task": task, "s": seconds})
+    return {"count": len(trips), "seconds": round(sum(t["s"] for t in trips), 2), "tasks": trips}
 
 
 def parse_steps(text: str) -> list:
@@ -143,6 +184,7 @@ def deploy_once(label: str, deploy: str, pid: str, timeout: float, env: dict = N
             "failed": recap["failed"], "unreachable": recap["unreachable"], "hosts": recap["hosts"],
             "main_pid": main_pid, "pid_error": None if main_pid else (pid_proc.stderr.strip() or "no output"),
             "steps": parse_steps(text), "profile": profile_summary(parse_profile(text)),
+            "round_trips": round_trips(parse_profile(text), parse_task_results(text)),
             "log": str(log) if log else None}
 
 
@@ -265,6 +307,11 @@ def main(argv=None) -> int:
         print(f"re-run, profiled: {p['tasks']} tasks in {p['seconds']} s; {p['host_tasks']} of them >= 0.1 s "
               f"({p['host_seconds']} s, median {p['host_median_s']} s); slowest:")
         for t in p["slowest"]:
+            print(f"  {t['s']:>6.2f} s  {t['task']}")
+        trips = second["round_trips"]
+        print(f"re-run, host round trips: {trips['count']} tasks ran on the host ({trips['seconds']} s; "
+              f"first converge: {first['round_trips']['count']}):")
+        for t in trips["tasks"]:
             print(f"  {t['s']:>6.2f} s  {t['task']}")
     if "floor" in result:
         f = result["floor"]

@@ -152,3 +152,82 @@ def test_floor_times_tasks_for_real_on_the_controller(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cp.main(['--floor', '1', '--out', str(tmp_path / 'x.json')])
     assert '--floor needs 2 tasks or more' in capsys.readouterr().err
+
+
+# The default callback's output of one play (as make lab prints it with profile_tasks), shortened.
+CALLBACK = """
+TASK [lab_model_mirror : Validating arguments against arg spec 'main' - Lab-only model mirror] ***
+Tuesday 01 December 2026  17:00:31 +0000 (0:00:00.010)       0:00:00.010 ******
+ok: [dankfleet-lab]
+
+TASK [lab_model_mirror : Read the mirror's files and unit (one read-only probe)] ***
+ok: [dankfleet-lab]
+
+TASK [lab_model_mirror : Install the Range HTTP server] ************************
+skipping: [dankfleet-lab]
+
+TASK [lab_model_mirror : Apply pending restarts] *******************************
+
+TASK [dankfleet.llm._common : Create the directories] **************************
+skipping: [dankfleet-lab] => (item=/etc/prometheus/rules.d)
+skipping: [dankfleet-lab] => (item=/var/lib/grafana/dashboards)
+skipping: [dankfleet-lab]
+
+TASK [dankfleet.llm._common : Create the directories] **************************
+skipping: [dankfleet-lab] => (item=/etc/a)
+changed: [dankfleet-lab] => (item=/etc/b)
+
+TASK [Say what it did] *********************************************************
+ok: [dankfleet-lab] =>
+    msg: done
+
+RUNNING HANDLER [lab_model_mirror : Restart the lab model mirror] **************
+fatal: [dankfleet-lab]: FAILED! => changed=false
+
+TASKS RECAP ********************************************************************
+===============================================================================
+lab_model_mirror : Validating arguments against arg spec 'main' - Lab-only model mirror --- 0.25s
+lab_model_mirror : Read the mirror's files and unit (one read-only probe) --- 0.31s
+lab_model_mirror : Install the Range HTTP server ------------------------ 0.24s
+lab_model_mirror : Apply pending restarts ------------------------------- 0.00s
+dankfleet.llm._common : Create the directories -------------------------- 0.02s
+dankfleet.llm._common : Create the directories -------------------------- 0.61s
+Say what it did --------------------------------------------------------- 0.03s
+lab_model_mirror : Restart the lab model mirror ------------------------- 0.70s
+"""
+
+
+def test_task_results_say_which_tasks_ran_for_a_host():
+    assert cp.parse_task_results(CALLBACK) == [
+        ("lab_model_mirror : Validating arguments against arg spec 'main' - Lab-only model mirror", True),
+        ("lab_model_mirror : Read the mirror's files and unit (one read-only probe)", True),
+        ('lab_model_mirror : Install the Range HTTP server', False),
+        ('lab_model_mirror : Apply pending restarts', False),
+        ('dankfleet.llm._common : Create the directories', False),
+        ('dankfleet.llm._common : Create the directories', True),
+        ('Say what it did', True),
+        ('lab_model_mirror : Restart the lab model mirror', True)]
+
+
+def test_round_trips_are_the_tasks_that_ran_on_the_host():
+    """Not a skipped task however long it took, not the controller's argument spec check nor a debug; the
+    second of two tasks with one name by its own result; a handler that failed still went to the host."""
+    trips = cp.round_trips(cp.parse_profile(CALLBACK), cp.parse_task_results(CALLBACK))
+    assert trips == {'count': 3, 'seconds': 1.62, 'tasks': [
+        {'task': "lab_model_mirror : Read the mirror's files and unit (one read-only probe)", 's': 0.31},
+        {'task': 'dankfleet.llm._common : Create the directories', 's': 0.61},
+        {'task': 'lab_model_mirror : Restart the lab model mirror', 's': 0.70}]}
+    # without the callback's results (another stdout callback): every task that took a round trip's time
+    assert cp.round_trips(cp.parse_profile(CALLBACK), [])['count'] == 4
+
+
+def test_the_rerun_round_trips_are_printed_and_written(tmp_path, capsys):
+    script = tmp_path / 'deploy.sh'
+    script.write_text('#!/bin/bash\ncat <<"OUT"\n%s\nPLAY RECAP ***\nlab : ok=5 changed=0 unreachable=0 failed=0\nOUT\n'
+                      % CALLBACK.replace('fatal: [dankfleet-lab]: FAILED! => changed=false', 'ok: [dankfleet-lab]'))
+    out = tmp_path / 'perf.json'
+    assert cp.main(['--deploy', 'bash %s' % script, '--pid', 'echo 7', '--no-fetch', '--profile', '--out', str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [r['round_trips']['count'] for r in doc['runs']] == [3, 3]
+    printed = capsys.readouterr().out
+    assert 're-run, host round trips: 3 tasks ran on the host (1.62 s; first converge: 3):' in printed
