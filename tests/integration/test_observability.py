@@ -41,9 +41,9 @@ def missing_series(rendered: str, exposition: str) -> set:
     return named_series(rendered) - exported_series(exposition)
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    out = tmp_path_factory.mktemp("obs")
+def render(out, *args):
+    """The role on the controller (connection local) into out/rules and out/dashboards; the json callback's
+    results -> {task name without its role: the host's result} (the last task of a name wins)."""
     playbook = out / "render.yml"
     playbook.write_text(textwrap.dedent(f"""\
         - hosts: localhost
@@ -57,14 +57,48 @@ def rendered(tmp_path_factory):
         """))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)],
+               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook), *args],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    tasks = json.loads(run.stdout)["plays"][0]["tasks"]
+    return {t["task"]["name"].split(" : ", 1)[-1]: t["hosts"]["localhost"] for t in tasks}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("obs")
+    render(out)
     rules = (out / "rules" / "frank-medium.rules.yml").read_text()
     dashboard = (out / "dashboards" / "frank-medium.json").read_text()
     json.loads(dashboard)
     return {"rules": rules, "dashboard": dashboard}
+
+
+WRITES = ("Create the directories", "Template the Prometheus rule file (promtool-validated)",
+          "Template the Grafana dashboard")
+
+
+def test_a_rerun_reads_once_and_writes_nothing_an_edit_is_put_back(tmp_path):
+    """The role's re-run cost: its one probe runs, every write is skipped (no host round trip), since the
+    probe finds each directory and file as the role leaves it (the template rendered by the lookup equals
+    the file the template task wrote). An edited file is not current: its task runs and puts it back."""
+    first = render(tmp_path)
+    assert [first[name].get("changed") for name in WRITES] == [True, True, True]
+    again = render(tmp_path)
+    probe = again["Read promtool, the directories and the rendered files (one read-only probe)"]
+    assert probe["commands"]["/usr/bin/promtool"] == "/usr/bin/promtool" and not probe["changed"]
+    assert {name: again[name].get("skipped") for name in WRITES} == dict.fromkeys(WRITES, True)
+    rules = tmp_path / "rules" / "frank-medium.rules.yml"
+    written = rules.read_text()
+    rules.write_text(written.replace("LlmSpecDecodeOff", "LlmSpecDecodeOffEdited"))
+    checked = render(tmp_path, "--check")
+    assert checked["Template the Prometheus rule file (promtool-validated)"]["changed"] is True
+    assert "LlmSpecDecodeOffEdited" in rules.read_text()
+    put_back = render(tmp_path)
+    assert put_back["Template the Prometheus rule file (promtool-validated)"]["changed"] is True
+    assert put_back["Template the Grafana dashboard"].get("skipped") is True
+    assert rules.read_text() == written
 
 
 def test_rules_carry_the_spec_decode_alert(rendered):
