@@ -9,16 +9,20 @@ fetch ratio against curl.
 1. ``--fresh`` (optional, e.g. ``make clean-lab``) puts the lab back to nothing, so the next run
    is a first converge.
 2. ``--deploy`` (default ``make lab``) runs twice. Per run: wall time, the PLAY RECAP's changed /
-   failed / unreachable counts (summed over hosts), and the endpoint's MainPID read with ``--pid``
+   failed / unreachable counts (summed over hosts; a command that runs several playbooks - make lab's
+   prepare play and the deploy - the last recap's, with changed also summed over all of them as
+   ``changed_all``), and the endpoint's MainPID read with ``--pid``
    afterwards (default: ``systemctl show`` of frank-medium.service, the lab's endpoint, in the lab container).
-   The re-run must report changed=0 and leave MainPID where it was; otherwise this exits 1
+   The re-run must report changed=0 (in every recap) and leave MainPID where it was; otherwise this exits 1
    naming what moved - idempotence is a figure here, not a hope. Printed: both wall times, their
    ratio re-run / first converge (target <= 0.20: a no-change re-run is cheap), the tasks each ran
    (the recap's ok, which counts the changed ones too) and, from ``make lab``'s step table, where the re-run's time went.
    ``--profile`` turns on ``ansible.posix.profile_tasks`` for both runs and prints the re-run's
    slowest tasks and its host round trips: the tasks that ran for a host (the callback printed ok,
    changed or failed for them, not only skipping) and took the time of one (>= 0.2 s; a set_fact,
-   assert or debug on the controller takes ~0.02 s) - what a no-change re-run should make fewest of. Each run's whole output is kept beside the JSON (``<out>.first.log``, ``.rerun.log``).
+   assert or debug on the controller takes ~0.02 s) - what a no-change re-run should make fewest of
+   (``round_trips`` of each run in the JSON). Each run's whole output is kept beside the JSON
+   (``<out>.first.log``, ``.rerun.log``).
 3. ``benchmarks/fetch_vs_curl.py`` (the fetch branch's benchmark), when present, runs with
    ``--fetch-args``; its median wall ratios gguf_fetch/curl are reported (target <= 1.10).
 
@@ -67,30 +71,53 @@ FETCH_LINE = re.compile(r"median gguf_fetch fsync=(?P<fsync>\w+):.*?wall ratio (
 
 
 def parse_recap(text: str) -> dict:
-    """The PLAY RECAP of an ansible-playbook run -> {hosts: {host: counts}, changed, failed, unreachable}.
+    """The PLAY RECAP of an ansible-playbook run -> {hosts: {host: counts}, changed, failed, unreachable,
+    recaps, changed_all}.
 
-    Raises ValueError when there is no recap (the command did not run a playbook to the end)."""
+    The counts are the last recap's (the deploy's: a command may run several playbooks, each with its own
+    recap); changed_all sums changed over every recap, so a playbook before the deploy (make lab's prepare
+    play) cannot change something unseen. Raises ValueError when there is no recap (the command did not run
+    a playbook to the end)."""
     hosts = {}
     in_recap = False
+    recaps, changed_all = 0, 0
     for line in text.splitlines():
         if line.startswith("PLAY RECAP"):
-            in_recap, hosts = True, {}  # the last recap wins (a command may run several playbooks)
+            in_recap, hosts = True, {}  # the last recap wins
+            recaps += 1
             continue
         if in_recap:
             match = RECAP_LINE.match(line.strip())
             if match:
                 hosts[match.group("host")] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group("counts"))}
+                changed_all += hosts[match.group("host")].get("changed", 0)
             elif line.strip():
                 in_recap = False
     if not hosts:
         raise ValueError("no PLAY RECAP in the output: the command did not run a playbook to its end")
     total = {key: sum(h.get(key, 0) for h in hosts.values()) for key in ("ok", "changed", "failed", "unreachable")}
-    return dict(total, hosts=hosts)
+    return dict(total, hosts=hosts, recaps=recaps, changed_all=changed_all)
 
 
 def parse_profile(text: str) -> list:
-    """profile_tasks' summaries (one per playbook run) -> [(task, seconds)] in the order printed."""
-    return [(m.group("task"), float(m.group("s"))) for m in map(PROFILE_LINE.match, text.splitlines()) if m]
+    """profile_tasks' summaries -> [(task, seconds)] in the order printed. One ansible-playbook that runs
+    several playbooks prints a summary after each, every one holding the tasks of the ones before: a
+    summary that starts with the previous one adds only its own tail."""
+    summaries, current = [], None
+    for line in text.splitlines():
+        match = PROFILE_LINE.match(line)
+        if match:
+            if current is None:
+                current = []
+                summaries.append(current)
+            current.append((match.group("task"), float(match.group("s"))))
+        elif current is not None:
+            current = None
+    tasks, previous = [], []
+    for summary in summaries:
+        tasks.extend(summary[len(previous):] if previous and summary[:len(previous)] == previous else summary)
+        previous = summary
+    return tasks
 
 
 def parse_task_results(text: str) -> list:
@@ -181,7 +208,7 @@ def deploy_once(label: str, deploy: str, pid: str, timeout: float, env: dict = N
     pid_proc, _ = run(pid, 60)
     main_pid = pid_proc.stdout.strip() if pid_proc.returncode == 0 else None
     return {"run": label, "wall_s": round(wall, 1), "changed": recap["changed"], "ok": recap["ok"],
-            "failed": recap["failed"], "unreachable": recap["unreachable"], "hosts": recap["hosts"],
+            "changed_all": recap["changed_all"], "recaps": recap["recaps"], "failed": recap["failed"], "unreachable": recap["unreachable"], "hosts": recap["hosts"],
             "main_pid": main_pid, "pid_error": None if main_pid else (pid_proc.stderr.strip() or "no output"),
             "steps": parse_steps(text), "profile": profile_summary(parse_profile(text)),
             "round_trips": round_trips(parse_profile(text), parse_task_results(text)),
@@ -229,8 +256,9 @@ def task_floor(n: int, inventory: str, host: str, timeout: float) -> dict:
 def judge(first: dict, second: dict) -> list:
     """What a no-change re-run must not do."""
     problems = []
-    if second["changed"] != 0:
-        problems.append(f"the re-run changed {second['changed']} task(s): not idempotent")
+    changed = max(second["changed"], second.get("changed_all", 0))
+    if changed != 0:
+        problems.append(f"the re-run changed {changed} task(s): not idempotent")
     if first["main_pid"] is None or second["main_pid"] is None:
         problems.append(f"MainPID could not be read ({first['pid_error'] or second['pid_error']})")
     elif first["main_pid"] != second["main_pid"]:

@@ -231,3 +231,29 @@ def test_the_rerun_round_trips_are_printed_and_written(tmp_path, capsys):
     assert [r['round_trips']['count'] for r in doc['runs']] == [3, 3]
     printed = capsys.readouterr().out
     assert 're-run, host round trips: 3 tasks ran on the host (1.62 s; first converge: 3):' in printed
+
+
+def test_one_command_of_two_playbooks_the_prepare_play_counts_and_nothing_twice(tmp_path):
+    """make lab runs the prepare play and the deploy in one ansible-playbook: a recap each (the last one's
+    counts are the deploy's, a change in the first still fails the re-run), and profile_tasks' second
+    summary repeats the first one's tasks (counted once)."""
+    text = ("PLAY RECAP ***\nlab : ok=3 changed=1 unreachable=0 failed=0\n\n"
+            "===============================================================================\n"
+            "Read the probe ------------------------------------------------------------ 0.46s\n"
+            "Publish it ---------------------------------------------------------------- 0.02s\n\n"
+            "PLAY [Deploy] ***\n"
+            "PLAY RECAP ***\nlab : ok=91 changed=0 unreachable=0 failed=0\n\n"
+            "===============================================================================\n"
+            "Read the probe ------------------------------------------------------------ 0.46s\n"
+            "Publish it ---------------------------------------------------------------- 0.02s\n"
+            "Ask the endpoint ---------------------------------------------------------- 0.87s\n")
+    recap = cp.parse_recap(text)
+    assert (recap['ok'], recap['changed'], recap['recaps'], recap['changed_all']) == (91, 0, 2, 1)
+    assert cp.parse_profile(text) == [('Read the probe', 0.46), ('Publish it', 0.02), ('Ask the endpoint', 0.87)]
+    # two commands (each its own summary, not a prefix of the next): both kept
+    assert len(cp.parse_profile(PROFILED + PROFILED.replace('2.10s', '2.20s'))) == 8
+    script = tmp_path / 'deploy.sh'
+    script.write_text('#!/bin/bash\ncat <<"OUT"\n%s\nOUT\n' % text)
+    out = tmp_path / 'perf.json'
+    assert cp.main(['--deploy', 'bash %s' % script, '--pid', 'echo 7', '--no-fetch', '--out', str(out)]) == 1
+    assert json.loads(out.read_text())['problems'] == ['the re-run changed 1 task(s): not idempotent']
