@@ -66,7 +66,7 @@ export ANSIBLE_GATHERING=smart ANSIBLE_CACHE_PLUGIN=ansible.builtin.jsonfile \
 # arguments (--tags, --check) shape the deploy as they did when the two ran apart.
 ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml deploy-frank-medium.yml \
   -e dankfleet_report_dir="$report_dir" "$@"
-phase "prepare + converge (lab-prepare.yml, deploy-frank-medium.yml)"
+phase "prepare + deploy (one ansible-playbook)"
 
 # What a user wants to see at the end: the endpoint, the fit the deploy planned
 # (its own table, from its report), one real completion asked with the very
