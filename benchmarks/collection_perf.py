@@ -208,7 +208,8 @@ def deploy_once(label: str, deploy: str, pid: str, timeout: float, env: dict = N
     pid_proc, _ = run(pid, 60)
     main_pid = pid_proc.stdout.strip() if pid_proc.returncode == 0 else None
     return {"run": label, "wall_s": round(wall, 1), "changed": recap["changed"], "ok": recap["ok"],
-            "changed_all": recap["changed_all"], "recaps": recap["recaps"], "failed": recap["failed"], "unreachable": recap["unreachable"], "hosts": recap["hosts"],
+            "changed_all": recap["changed_all"], "recaps": recap["recaps"],
+            "failed": recap["failed"], "unreachable": recap["unreachable"], "hosts": recap["hosts"],
             "main_pid": main_pid, "pid_error": None if main_pid else (pid_proc.stderr.strip() or "no output"),
             "steps": parse_steps(text), "profile": profile_summary(parse_profile(text)),
             "round_trips": round_trips(parse_profile(text), parse_task_results(text)),

@@ -39,6 +39,8 @@ extends_documentation_fragment:
 attributes:
   action:
     support: full
+  async:
+    support: none
   bypass_host_loop:
     support: none
   check_mode:
