@@ -62,10 +62,19 @@ export ANSIBLE_CONFIG="$repo/ansible.cfg"
 export ANSIBLE_GATHERING=smart ANSIBLE_CACHE_PLUGIN=ansible.builtin.jsonfile \
   ANSIBLE_CACHE_PLUGIN_CONNECTION="$fact_cache" ANSIBLE_CACHE_PLUGIN_TIMEOUT=0
 # The lab's own prepare play (model mirror, ccache seed) and the deploy in one ansible-playbook: one
-# start-up, one recap. The prepare play is tagged always and never in check mode, so the extra
-# arguments (--tags, --check) shape the deploy as they did when the two ran apart.
-ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml deploy-frank-medium.yml \
-  -e dankfleet_report_dir="$report_dir" "$@"
+# start-up. The prepare play is tagged always, so a --tags still prepares. A dry run (--check, -C) of
+# the deploy still reads from a real mirror: then the prepare play runs first on its own, for real.
+dry_run=false
+for arg in "$@"; do
+  [[ $arg == --check || $arg =~ ^-[A-Za-z]*C[A-Za-z]*$ ]] && dry_run=true
+done
+if $dry_run; then
+  ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml
+  ansible-playbook -i inventory/lab deploy-frank-medium.yml -e dankfleet_report_dir="$report_dir" "$@"
+else
+  ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml deploy-frank-medium.yml \
+    -e dankfleet_report_dir="$report_dir" "$@"
+fi
 phase "prepare + deploy (one ansible-playbook)"
 
 # What a user wants to see at the end: the endpoint, the fit the deploy planned
