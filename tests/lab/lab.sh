@@ -75,7 +75,7 @@ else
   ansible-playbook -i inventory/lab tests/lab/lab-prepare.yml deploy-frank-medium.yml \
     -e dankfleet_report_dir="$report_dir" "$@"
 fi
-phase "prepare + deploy (one ansible-playbook)"
+phase "prepare (mirror, ccache) + deploy"
 
 # What a user wants to see at the end: the endpoint, the fit the deploy planned
 # (its own table, from its report), one real completion asked with the very
