@@ -24,7 +24,6 @@ from http.client import HTTPException
 from urllib.error import HTTPError, URLError
 from urllib.request import ProxyHandler, Request, build_opener
 
-from ansible.module_utils.urls import open_url
 
 MIB = 1024 * 1024
 
@@ -73,6 +72,9 @@ class Endpoint(object):
             # plain HTTP: open_url builds a TLS context (the system CA store, ~80 ms of CPU) on every request
             resp = _PLAIN_HTTP.open(Request(self.url + path, data=data, headers=headers, method=method), timeout=timeout)
         else:
+            # imported here: ansible.module_utils.urls (TLS, cryptography) costs ~0.1 s to import, and every
+            # plain-http caller (the gate module, the gate_health_timeout filter's import chain) would pay it
+            from ansible.module_utils.urls import open_url
             # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
             resp = open_url(self.url + path, data=data, headers=headers, method=method, timeout=timeout,
                             use_proxy=False, follow_redirects='safe')
