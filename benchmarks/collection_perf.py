@@ -70,6 +70,14 @@ FETCH_LINE = re.compile(r"median gguf_fetch fsync=(?P<fsync>\w+):.*?wall ratio (
                         r".*?cpu ratio (?P<cpu>[0-9.]+)")
 
 
+def configured_callbacks(cfg: Path = REPO / "ansible.cfg") -> str:
+    """The project's ansible.cfg callbacks_enabled ([defaults]), or ''."""
+    import configparser
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    parser.read(cfg)
+    return parser.get("defaults", "callbacks_enabled", fallback="")
+
+
 def parse_recap(text: str) -> dict:
     """The PLAY RECAP of an ansible-playbook run -> {hosts: {host: counts}, changed, failed, unreachable,
     recaps, changed_all}.
@@ -298,7 +306,9 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"collection-perf-{result['started']}.json"
     env = {}
     if args.profile:
-        enabled = [c for c in os.environ.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
+        # the environment's list replaces ansible.cfg's: keep what the project enables (the preload callback)
+        enabled = [c.strip() for c in (os.environ.get("ANSIBLE_CALLBACKS_ENABLED") or configured_callbacks()).split(",")
+                   if c.strip()]
         env = {"ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled + ["ansible.posix.profile_tasks"]),
                "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"}
     result["profile"] = bool(args.profile)
