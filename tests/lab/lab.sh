@@ -50,11 +50,14 @@ if [[ $running == absent ]]; then
 elif [[ $running != true ]]; then
   podman start "$name" >/dev/null
 fi
-for _ in $(seq 1 60); do
-  state=$(podman exec "$name" systemctl is-system-running 2>/dev/null || true)
-  [[ $state == running || $state == degraded ]] && break
-  sleep 1
-done
+# A container that was already running booted in an earlier run; one started here waits for systemd.
+if [[ $running != true ]]; then
+  for _ in $(seq 1 60); do
+    state=$(podman exec "$name" systemctl is-system-running 2>/dev/null || true)
+    [[ $state == running || $state == degraded ]] && break
+    sleep 1
+  done
+fi
 phase "container up (systemd running)"
 export ANSIBLE_CONFIG="$repo/ansible.cfg"
 # Facts are gathered once per container and kept (make clean-lab drops them with it): the setup
@@ -85,10 +88,11 @@ if [[ ! -f $report ]]; then
   echo "lab: the deploy wrote no report ($report): ran with --check or a --tags without serve?" >&2
   exit 0
 fi
-url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$report")
-alias_=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["alias"])' "$report")
+{ read -r url; read -r alias_; read -r key_required; } < <(python3 -c 'import json,sys
+r = json.load(open(sys.argv[1]))
+print(r["url"]); print(r["alias"]); print(r["api_key_required"])' "$report")
 auth=""
-if [[ $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key_required"])' "$report") == True ]]; then
+if [[ $key_required == True ]]; then
   # shellcheck disable=SC2016 # printed for the user's shell to expand
   auth=' -H "Authorization: Bearer $LLAMA_API_KEY"'
 fi
