@@ -63,7 +63,7 @@ import urllib.parse
 import urllib.request
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
-from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import HASH_READ_CHUNK, hash_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file
 from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import TrashError, retire
 
 STAMP_SUFFIX = ".verified.json"

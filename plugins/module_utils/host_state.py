@@ -128,9 +128,14 @@ def unit_command(name, scope, user, uid=None):
     return base + ['show', '--property=' + ','.join(UNIT_PROPERTIES), '--', name]
 
 
+def parse_show(text):
+    """``systemctl show --property=...`` output -> {property: value} (the gate reads it too)."""
+    return dict(line.split('=', 1) for line in text.splitlines() if '=' in line)
+
+
 def parse_unit(text):
     """``systemctl show`` KEY=VALUE lines -> the unit's state; exists False when systemd does not know it."""
-    props = dict(line.split('=', 1) for line in text.splitlines() if '=' in line)
+    props = parse_show(text)
     result = dict((key, props.get(key, '')) for key in UNIT_PROPERTIES)
     for key in INT_PROPERTIES:
         try:

@@ -457,14 +457,12 @@ def read_stamp(path):
 # sources and toolchain
 # --------------------------------------------------------------------------
 
-file_sha256 = sha256_file
-
 
 def check_sha256(path, expected, what):
     """Raise unless the file exists and has the declared sha256."""
     if not os.path.isfile(path):
         raise ReleaseError("%s %s does not exist on the host; fix the path or fetch it first" % (what, path))
-    actual = file_sha256(path)
+    actual = sha256_file(path)
     if actual != expected:
         raise ReleaseError("%s %s has sha256 %s, but %s was declared: the file is not the one pinned "
                            "(truncated, replaced, or the wrong version). Fetch the right file or correct the "

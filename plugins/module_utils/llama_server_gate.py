@@ -30,7 +30,8 @@ import os
 import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import METRIC_DRAFTS, Endpoint, parse_metrics
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import MODEL_DRAFT_TYPES
+from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import parse_show
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import model_drafters
 from ansible_collections.dankfleet.llm.plugins.module_utils.rpc_fleet import missing_devices
 
 MIB = 1048576
@@ -115,7 +116,7 @@ def gate_url(env, host='', env_file='the env file'):
     return 'http://%s:%d' % (host, port)
 
 
-def expectations(env, host='', label=DEFAULTS['label'], env_file='the env file', model_backed=MODEL_DRAFT_TYPES):
+def expectations(env, host='', label=DEFAULTS['label'], env_file='the env file'):
     """What the live shape must show, from its env file's variables (never the API key)."""
     for name in ('ALIAS', 'MODEL_PATH'):
         if not env.get(name):
@@ -127,7 +128,7 @@ def expectations(env, host='', label=DEFAULTS['label'], env_file='the env file',
     ctx = _integer(env, 'CTX_SIZE', 0, env_file)
     spec = env.get('SPEC_TYPE', '')
     vision = env.get('VISION', 'off') == 'on'
-    backed = [t for t in spec.split(',') if t in model_backed]
+    backed = model_drafters(spec.split(','))
     payload = [env['MODEL_PATH']]
     if backed:
         payload.append(env.get('DRAFT_MODEL_PATH', ''))
@@ -156,11 +157,6 @@ def payload_bytes(paths):
         except OSError:
             pass
     return total
-
-
-def parse_show(text):
-    """``systemctl show --property=...`` output -> {property: value}."""
-    return dict(line.split('=', 1) for line in text.splitlines() if '=' in line)
 
 
 def error_text(body):
@@ -259,7 +255,7 @@ def run_gate(expect, api_key, unit, timeout, run_command, opts=None, poll=1.0, c
 
 def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, out, prefix):
     """Steps 1-4; True when one failed (its finding is in out['findings'])."""
-    label, base, alias = expect['label'], expect['base'], expect['alias']
+    base, alias = expect['base'], expect['alias']
 
     # step 1: /health within the timeout (503 "Loading model" while the weights load is normal)
     out['checked'].append('1')
@@ -287,7 +283,7 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
         if rc == 0 and inv.strip():
             rc, journal, _ = run_command(['journalctl', '--no-pager', '-o', 'cat',
                                           '_SYSTEMD_INVOCATION_ID=%s' % inv.strip()])
-            log = '\n'.join(line for line in (journal or '').splitlines() if 'using device' in line)
+            log = journal or ''
         missing = missing_devices(log, expect['rpc'])
         if missing:
             out['findings'].append(

@@ -209,7 +209,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import SECRET_KEYS, LlamaEnvError, read_env_file
 
 D = lg.DEFAULTS
 ARGUMENT_SPEC = dict(
@@ -251,8 +251,9 @@ def main():
     except (LlamaEnvError, lg.GateError) as exc:
         module.fail_json(msg='llama_server_gate (%s): %s. Nothing was checked.' % (p['label'], exc), **EMPTY)
     key = env.get('LLAMA_API_KEY', '')
-    if key:
-        module.no_log_values.add(key)      # an error body that echoes it is scrubbed from the result
+    for name in SECRET_KEYS:               # an error body that echoes a secret is scrubbed from the result
+        if env.get(name):
+            module.no_log_values.add(env[name])
     checks = lg.planned_checks(expect, p['service'], timeout)
     base = dict(EMPTY, expected=expect, health_timeout=timeout, payload_bytes=size, checks=checks,
                 env_problems=env_problems)
@@ -260,11 +261,8 @@ def main():
         would = 'check mode: would gate (%s) %s - %s' % (p['label'], expect['base'], '; '.join(checks))
         module.exit_json(changed=False, **dict(base, message=would))
 
-    def run_command(argv):
-        return module.run_command(argv)
-
     opts = dict((k, p[k]) for k in lg.DEFAULTS if k in p)
-    result = lg.run_gate(expect, key, p['service'], timeout, run_command, opts)
+    result = lg.run_gate(expect, key, p['service'], timeout, module.run_command, opts)
     base.update(result)
     module.exit_json(changed=False, **base)
 
