@@ -30,7 +30,7 @@ import glob
 import os
 
 from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import action_loader, filter_loader, lookup_loader, shell_loader, test_loader
+from ansible.plugins.loader import filter_loader, test_loader
 
 FILTER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'filter')
 COLLECTION = 'dankfleet.llm'
@@ -45,22 +45,14 @@ def collection_filter_names(directory=FILTER_DIR):
 def preload():
     """Load the builtin filters and tests and the collection's filters; return how many loaded, which failed."""
     loaded, failed = 0, []
-    for loader in (filter_loader, test_loader, action_loader):
+    for loader in (filter_loader, test_loader):
         try:
-            for _plugin in loader.all():
-                loaded += 1
+            loaded += sum(1 for _plugin in loader.all())
         except Exception as exc:  # a warm-up never fails a run; the task that needs the plugin will say why
             failed.append('%s: %s' % (loader.package, exc))
-    for loader, name in ((lookup_loader, 'ansible.builtin.template'), (shell_loader, 'ansible.builtin.sh')):
-        try:
-            if loader.get(name) is not None:
-                loaded += 1
-        except Exception as exc:
-            failed.append('%s: %s' % (name, exc))
     for name in collection_filter_names():
         try:
-            if filter_loader.get('%s.%s' % (COLLECTION, name)) is not None:
-                loaded += 1
+            loaded += filter_loader.get('%s.%s' % (COLLECTION, name)) is not None
         except Exception as exc:
             failed.append('%s.%s: %s' % (COLLECTION, name, exc))
     return loaded, failed
