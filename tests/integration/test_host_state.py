@@ -51,7 +51,6 @@ PLAY = """\
     - name: write
       ansible.builtin.template: {src: "{{ item }}", dest: "{{ out }}/{{ item }}.out", mode: "0640"}
       loop: "{{ files }}"
-      when: write | default(true)
     - name: probe
       dankfleet.llm.host_state:
         paths: "{{ files | map('regex_replace', '^(.*)$', out ~ '/\\\\1.out') | list + [out] }}"
@@ -77,8 +76,7 @@ def verdicts(result):
 def test_template_render_matches_lookup(tmp_path):
     for name, text in TEMPLATES.items():
         (tmp_path / name).write_text(text)
-    play = PLAY
-    first = run_play(tmp_path, play)
+    first = run_play(tmp_path, PLAY)
     assert all(r["changed"] for r in first["write"]["results"])
     assert verdicts(first) == {name: True for name in TEMPLATES}, "the lookup render differs from the file written"
     assert first["dir"]["msg"] is True
@@ -89,6 +87,10 @@ def test_template_render_matches_lookup(tmp_path):
     # drift: another byte, another mode -> not current; check mode reads the same and writes nothing
     (tmp_path / "env.j2.out").write_text("# edited by hand\n")
     os.chmod(tmp_path / "num.j2.out", 0o644)
-    checked = run_play(tmp_path, play.replace("when: write | default(true)", "when: false"), check=True)
+    checked = run_play(tmp_path, PLAY, check=True)
     assert verdicts(checked) == {"env.j2": False, "dash.json.j2": True, "num.j2": False}
+    # the template task itself ran under --check: it says it would put both back, and writes nothing
+    assert {r["item"]: r["changed"] for r in checked["write"]["results"]} == \
+        {"env.j2": True, "dash.json.j2": False, "num.j2": True}
     assert (tmp_path / "env.j2.out").read_text() == "# edited by hand\n"
+    assert os.stat(tmp_path / "num.j2.out").st_mode & 0o777 == 0o644
