@@ -215,12 +215,13 @@ def deploy_once(label: str, deploy: str, pid: str, timeout: float, env: dict = N
         raise SystemExit(f"{label}: {exc}; last lines:\n" + "\n".join(text.splitlines()[-30:]))
     pid_proc, _ = run(pid, 60)
     main_pid = pid_proc.stdout.strip() if pid_proc.returncode == 0 else None
+    timed = parse_profile(text)
     return {"run": label, "wall_s": round(wall, 1), "changed": recap["changed"], "ok": recap["ok"],
             "changed_all": recap["changed_all"], "recaps": recap["recaps"],
             "failed": recap["failed"], "unreachable": recap["unreachable"], "hosts": recap["hosts"],
             "main_pid": main_pid, "pid_error": None if main_pid else (pid_proc.stderr.strip() or "no output"),
-            "steps": parse_steps(text), "profile": profile_summary(parse_profile(text)),
-            "round_trips": round_trips(parse_profile(text), parse_task_results(text)),
+            "steps": parse_steps(text), "profile": profile_summary(timed),
+            "round_trips": round_trips(timed, parse_task_results(text)),
             "log": str(log) if log else None}
 
 
@@ -265,7 +266,7 @@ def task_floor(n: int, inventory: str, host: str, timeout: float) -> dict:
 def judge(first: dict, second: dict) -> list:
     """What a no-change re-run must not do."""
     problems = []
-    changed = max(second["changed"], second.get("changed_all", 0))
+    changed = second["changed_all"]  # every recap's, the last (the deploy's) included
     if changed != 0:
         problems.append(f"the re-run changed {changed} task(s): not idempotent")
     if first["main_pid"] is None or second["main_pid"] is None:

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 MIB = 1048576
@@ -448,8 +449,5 @@ def test_the_module_gates_refuses_bad_input_and_keeps_the_key_out(tmp_path):
 
 
 def test_ansible_doc_renders():
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, 'collections'))
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'ansible-doc'),
-                           'dankfleet.llm.llama_server_gate'], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert 'health_timeout_base' in proc.stdout and 'findings' in proc.stdout
+    text = ansible_doc('dankfleet.llm.llama_server_gate')
+    assert 'health_timeout_base' in text and 'findings' in text
