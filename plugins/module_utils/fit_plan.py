@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """fit_plan: size a llama.cpp layer-split deployment before it is deployed.
 
-Plain Python (no Ansible import): ``plan(gpus, model, serve, drafter=None, mmproj=None,
+Plain Python (one Ansible import, its boolean rules, through strict_values): ``plan(gpus, model, serve, drafter=None, mmproj=None,
 host_ram_bytes=None) -> dict``. ``model``/``drafter``/``mmproj`` are gguf_info facts
 (plugins/module_utils/gguf_facts.py), ``gpus`` a list of ``{name, vram_total_bytes,
 vram_reserved_bytes}`` or gpu_facts' output as is. The filter plugin
@@ -45,6 +45,7 @@ import math
 import re
 from bisect import bisect_left as _bisect_left
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import to_bool
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
     BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES, SPEC_TYPES, model_drafters,
@@ -331,6 +332,14 @@ def _int_field(d, key, where, default=None, minimum=None, required=False):
     return v
 
 
+def _bool_field(d, key, default):
+    """A serve boolean by Ansible's rules ("false", "no", "off", 0 are false); anything else is refused by name."""
+    v = d.get(key)
+    if v is None:
+        return default
+    return to_bool(v, "serve.%s" % key, FitPlanError)
+
+
 def _gpu_list(gpus):
     """Accept a list of gpu dicts or gpu_facts' result ({'gpus': [...]}); drop integrated GPUs."""
     if isinstance(gpus, dict):
@@ -444,16 +453,17 @@ def _normalize_serve(serve, model, drafter):
     s["parallel"] = _int_field(serve, "parallel", "serve", default=1, minimum=1)
     s["batch_size"] = _int_field(serve, "batch_size", "serve", default=2048, minimum=1)
     s["ubatch_size"] = _int_field(serve, "ubatch_size", "serve", default=512, minimum=1)
-    s["kv_unified"] = bool(serve.get("kv_unified", False))
+    s["kv_unified"] = _bool_field(serve, "kv_unified", False)
     s["cache_type_k"] = str(serve.get("cache_type_k", "f16") or "f16").lower()
     s["cache_type_v"] = str(serve.get("cache_type_v", "f16") or "f16").lower()
     fa = serve.get("flash_attn", "on")
-    if fa in (True, "on", "auto", "true", 1):
+    if isinstance(fa, str) and fa.strip().lower() == "auto":
         s["flash_attn"] = True
-    elif fa in (False, "off", "false", 0):
-        s["flash_attn"] = False
     else:
-        raise FitPlanError("serve.flash_attn %r: use on, off or auto" % (fa,))
+        try:
+            s["flash_attn"] = to_bool(fa, "serve.flash_attn", FitPlanError)
+        except FitPlanError:
+            raise FitPlanError("serve.flash_attn %r: use on, off or auto (or a boolean by Ansible's rules)" % (fa,))
     st = serve.get("spec_type") or []
     if isinstance(st, str):
         st = [x.strip() for x in st.split(",") if x.strip()]

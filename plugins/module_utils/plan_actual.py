@@ -34,6 +34,7 @@ import time
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, loads as strict_loads
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -195,11 +196,15 @@ def kfd_gpu_nodes(root):
 
 # ------------------------------------------------------------------------------------ the plan
 
-def _i(d, key):
-    try:
-        return int((d or {}).get(key) or 0)
-    except (TypeError, ValueError):
+def _i(d, key, where="plan"):
+    """A byte count of the plan: absent or null is 0; a NaN, an infinity, a bool, a fraction or text is refused."""
+    value = (d or {}).get(key)
+    if value is None:
         return 0
+    if not is_finite_number(value) or float(value) != int(value):
+        raise PlanActualError("%s.%s is %r: a fit_plan byte count is a finite integer (NaN, infinities and text are "
+                              "refused); pass the filter's result as is" % (where, key, value))
+    return int(value)
 
 
 def planned_devices(plan, backend, output_tied=False):
@@ -215,27 +220,32 @@ def planned_devices(plan, backend, output_tied=False):
         raise PlanActualError("plan must be the dankfleet.llm.fit_plan result (a dict with a devices list), got %s; "
                               "pass the filter's result as is, or {} for none" % type(plan).__name__)
     out = {}
-    for d in plan["devices"]:
+    for n, d in enumerate(plan["devices"]):
         if not isinstance(d, dict) or not d.get("name"):
             raise PlanActualError("plan.devices holds an entry without a name (%r): pass the fit_plan result "
                                   "unchanged" % (d,))
-        row = {"weights": _i(d, "weights_bytes"), "kv": _i(d, "kv_bytes"), "recurrent": _i(d, "recurrent_bytes"),
-               "compute": _i(d, "compute_bytes"), "draft": _i(d, "draft_bytes"), "mmproj": _i(d, "mmproj_bytes"),
-               "output": 0, "overhead": _i(d, "overhead_bytes"), "total": _i(d, "total_bytes")}
+        w = "plan.devices[%d]" % n
+        row = {"weights": _i(d, "weights_bytes", w), "kv": _i(d, "kv_bytes", w),
+               "recurrent": _i(d, "recurrent_bytes", w), "compute": _i(d, "compute_bytes", w),
+               "draft": _i(d, "draft_bytes", w), "mmproj": _i(d, "mmproj_bytes", w),
+               "output": 0, "overhead": _i(d, "overhead_bytes", w), "total": _i(d, "total_bytes", w)}
         out[d["name"]] = row
     host = plan.get("host") or {}
+    if not isinstance(host, dict):
+        raise PlanActualError("plan.host is a %s, not the fit_plan result's host dict; pass the filter's result as is"
+                              % type(host).__name__)
     names = list(out)
     if backend == "cpu" and len(names) == 1 and not names[0].startswith("RPC"):
         dev = out[names[0]]
-        tied = _i(host, "weights_bytes") if output_tied else 0
-        dev["weights"] += _i(host, "weights_bytes") + _i(host, "draft_weights_bytes") - tied
-        dev["output"] = _i(host, "output_bytes") + _i(host, "draft_output_bytes")
+        tied = _i(host, "weights_bytes", "plan.host") if output_tied else 0
+        dev["weights"] += _i(host, "weights_bytes", "plan.host") + _i(host, "draft_weights_bytes", "plan.host") - tied
+        dev["output"] = _i(host, "output_bytes", "plan.host") + _i(host, "draft_output_bytes", "plan.host")
         dev["total"] = sum(dev[k] for k in KINDS if k != "total")
     elif host:
-        out["host"] = {"weights": _i(host, "weights_bytes") + _i(host, "draft_weights_bytes"), "kv": 0,
-                       "recurrent": 0, "compute": _i(host, "compute_bytes") + _i(host, "draft_compute_bytes"),
-                       "draft": 0, "mmproj": 0, "output": _i(host, "output_bytes") + _i(host, "draft_output_bytes"),
-                       "overhead": 0, "total": _i(host, "total_bytes")}
+        out["host"] = {"weights": _i(host, "weights_bytes", "plan.host") + _i(host, "draft_weights_bytes", "plan.host"), "kv": 0,
+                       "recurrent": 0, "compute": _i(host, "compute_bytes", "plan.host") + _i(host, "draft_compute_bytes", "plan.host"),
+                       "draft": 0, "mmproj": 0, "output": _i(host, "output_bytes", "plan.host") + _i(host, "draft_output_bytes", "plan.host"),
+                       "overhead": 0, "total": _i(host, "total_bytes", "plan.host")}
     return out
 
 
@@ -521,7 +531,7 @@ def load_records(path):
         return []
     try:
         with open(path) as handle:
-            data = json.load(handle)
+            data = strict_loads(handle.read())
     except ValueError as exc:
         raise PlanActualError("%s is not valid JSON (%s): move it aside (it is the plan-vs-actual history; nothing "
                               "here deletes it) and the next gate starts a new one" % (path, exc))
@@ -542,7 +552,7 @@ def _atomic_write(path, text, mode=0o644):
 def append_record(path, record):
     records = load_records(path)
     records.append(record)
-    _atomic_write(path, json.dumps(records, indent=1, sort_keys=True) + "\n")
+    _atomic_write(path, json.dumps(records, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return len(records)
 
 
