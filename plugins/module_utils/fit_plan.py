@@ -45,6 +45,7 @@ import math
 import re
 from bisect import bisect_left as _bisect_left
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import DRAFTER_ONLY_ARCHS
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import to_bool
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
@@ -384,6 +385,11 @@ def _check_facts(facts, what):
         raise FitPlanError("%s must be gguf_info facts (a dict), got %s" % (what, type(facts).__name__))
     if facts.get("is_mmproj"):
         raise FitPlanError("%s is an mmproj file (%s); pass it as mmproj=, not %s=" % (what, facts.get("path"), what))
+    if what == "model" and (facts.get("is_drafter") or facts.get("architecture") in DRAFTER_ONLY_ARCHS):
+        raise FitPlanError("model is a drafter GGUF, not a model llama-server can serve (%s: %s); pass the target "
+                           "model's gguf_info as model= and this file as drafter= (llama_server_draft_model_path)"
+                           % (facts.get("path") or "?", facts.get("drafter_reason")
+                              or "architecture %s is a drafter" % facts.get("architecture")))
     for key in ("architecture", "block_count", "layers", "embedding_length"):
         if facts.get(key) in (None, ""):
             raise FitPlanError("%s.%s is missing: pass the result of dankfleet.llm.gguf_info for the %s GGUF"
