@@ -152,6 +152,10 @@ SIZE_MAX = (1 << 64) - 1
 GGML_TYPE_COUNT = 43
 GGUF_MAX_STRING_LENGTH = 1 << 30     # gguf.cpp b11434
 GGUF_MAX_ARRAY_ELEMENTS = 1 << 30
+# gguf.cpp: a count above SIZE_MAX / sizeof(gguf_tensor_info) or SIZE_MAX / sizeof(gguf_kv) is refused before
+# anything is read (x86_64/aarch64 Linux, libstdc++: sizeof 344 and 88, the bounds its messages print).
+GGUF_MAX_TENSOR_COUNT = SIZE_MAX // 344
+GGUF_MAX_KV_COUNT = SIZE_MAX // 88
 
 
 def ggml_type_name(type_id):
@@ -289,6 +293,7 @@ class GGUFFile(object):
         self.endian = "little"
         self.alignment = GGUF_DEFAULT_ALIGNMENT
         self.data_offset = 0
+        self.kv_count = 0       # metadata entries in the file (fields holds one per distinct key)
         self.fields = {}        # key -> python value (arrays as lists)
         self.field_types = {}   # key -> "UINT32" or "ARRAY[STRING]" ...
         self.tensors = []       # GGUFTensor, in file order
@@ -381,13 +386,13 @@ def read_gguf(path):
                             % (version, " and ".join(str(v) for v in GGUF_SUPPORTED_VERSIONS)), "version")
         g.version = version
         n_tensors = st.unpack("q", "tensor count")
-        if n_tensors < 0:
-            raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected 0 or more" % n_tensors,
-                            "count")
+        if n_tensors < 0 or n_tensors > GGUF_MAX_TENSOR_COUNT:
+            raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected 0..%d (llama.cpp's "
+                            "bound)" % (n_tensors, GGUF_MAX_TENSOR_COUNT), "count")
         n_kv = st.unpack("q", "metadata count")
-        if n_kv < 0:
-            raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected 0 or more" % n_kv,
-                            "count")
+        if n_kv < 0 or n_kv > GGUF_MAX_KV_COUNT:
+            raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected 0..%d (llama.cpp's "
+                            "bound)" % (n_kv, GGUF_MAX_KV_COUNT), "count")
         # Entries are read one by one, as gguf.cpp does (the first bad one is the one named); a count the file
         # cannot hold fails at the entry that runs past its end, a count beyond the maxima at that entry.
         seen_keys = set()
@@ -399,14 +404,17 @@ def read_gguf(path):
             if not raw_key:
                 raise GGUFError(path, "corrupt: metadata key #%d at offset %d is empty, expected a key name"
                                 % (i, st.pos - 8), "key_empty")
-            key = _decode(raw_key)
+            # llama.cpp finds a key by its C string (up to a NUL), after judging duplicates on all its bytes
+            key = _decode(raw_key.split(b"\0", 1)[0])
             if raw_key in seen_keys:
                 raise GGUFError(path, "corrupt: duplicate metadata key %r (metadata #%d)" % (key, i), "key_duplicate")
             seen_keys.add(raw_key)
             vtype = st.unpack("I", "type of metadata %r" % key)
             tname, value = _read_value(st, vtype, "metadata %r" % key)
-            g.fields[key] = value
-            g.field_types[key] = tname
+            if key not in g.fields:          # gguf_find_key: the first key of that C string
+                g.fields[key] = value
+                g.field_types[key] = tname
+        g.kv_count = n_kv
         align = g.fields.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
         if "general.alignment" in g.fields and g.field_types["general.alignment"] != "UINT32":
             raise GGUFError(path, "corrupt: general.alignment must be UINT32, is %s" % g.field_types["general.alignment"],
@@ -421,7 +429,7 @@ def read_gguf(path):
                 raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected at most %d"
                                 % (n_tensors, MAX_TENSORS), "limit")
             raw_name = st.raw_string("name of tensor #%d" % i, maximum=MAX_KEY_BYTES)
-            name = _decode(raw_name)
+            name = _decode(raw_name.split(b"\0", 1)[0])     # ggml_set_name copies the C string, up to a NUL
             if len(raw_name) >= GGML_MAX_NAME:
                 raise GGUFError(path, "corrupt: tensor #%d name %r is %d bytes, ggml allows < %d"
                                 % (i, name, len(raw_name), GGML_MAX_NAME), "tensor_name")
@@ -480,7 +488,12 @@ def read_gguf(path):
             raise GGUFError(path, "corrupt: tensor %r of %d bytes overflows the data section's size" % (name, nbytes),
                             "nbytes_overflow")
         expected += _pad(nbytes, align)
+    # llama_model_loader: each tensor by its C-string name, once (a name cut at a NUL can repeat one), then its
+    # data within the file (llama_tensor_weight)
     for name, shape, type_id, rel_offset in raw_tensors:
+        if name in g._by_name:
+            raise GGUFError(path, "corrupt: tensor %r is duplicated (its name up to the first NUL byte is another "
+                            "tensor's): llama.cpp refuses the model" % name, "tensor_duplicate")
         nbytes = tensor_nbytes(type_id, shape)
         start = g.data_offset + rel_offset
         end = start + nbytes

@@ -78,25 +78,34 @@ int main(int argc, char ** argv) {
     const uint64_t file_size = (uint64_t) st.st_size;
     const int64_t n_tensors = gguf_get_n_tensors(ctx);
     const size_t data_offset = gguf_get_data_offset(ctx);
-    /* llama_tensor_weight: offs + ggml_nbytes(tensor) within the file */
-    for (int64_t i = 0; i < n_tensors; i++) {
-        const char * name = gguf_get_tensor_name(ctx, i);
-        struct ggml_tensor * t = ggml_get_tensor(meta, name);
-        const uint64_t offs = data_offset + gguf_get_tensor_offset(ctx, i);
-        const uint64_t nbytes = t ? ggml_nbytes(t) : 0;
-        if (t == NULL || offs + nbytes < offs || offs + nbytes > file_size) {
-            char msg[256];
-            snprintf(msg, sizeof(msg), "tensor '%s' data is not within the file bounds, model is corrupted or incomplete", name);
+    /* llama_model_loader's loop over the context's tensors: a C-string name seen before is refused
+     * ("invalid model: tensor '%s' is duplicated"), then llama_tensor_weight: the data within the file */
+    int64_t i = 0;
+    for (struct ggml_tensor * cur = ggml_get_first_tensor(meta); cur; cur = ggml_get_next_tensor(meta, cur), i++) {
+        char msg[256];
+        for (struct ggml_tensor * prev = ggml_get_first_tensor(meta); prev != cur; prev = ggml_get_next_tensor(meta, prev)) {
+            if (strcmp(prev->name, cur->name) == 0) {
+                snprintf(msg, sizeof(msg), "invalid model: tensor '%s' is duplicated", cur->name);
+                return refuse(msg);
+            }
+        }
+        const int64_t idx = gguf_find_tensor(ctx, cur->name);
+        const uint64_t offs = data_offset + gguf_get_tensor_offset(ctx, idx);
+        const uint64_t nbytes = ggml_nbytes(cur);
+        if (offs + nbytes < offs || offs + nbytes > file_size) {
+            snprintf(msg, sizeof(msg), "tensor '%s' data is not within the file bounds, model is corrupted or incomplete", cur->name);
             return refuse(msg);
         }
     }
+    if (i != n_tensors) {
+        return refuse("the ggml context holds another number of tensors than the GGUF");
+    }
     printf("{\"ok\": true, \"version\": %" PRIu32 ", \"alignment\": %zu, \"data_offset\": %zu, \"n_kv\": %" PRId64
            ", \"tensors\": [", gguf_get_version(ctx), gguf_get_alignment(ctx), data_offset, gguf_get_n_kv(ctx));
-    for (int64_t i = 0; i < n_tensors; i++) {
-        const char * name = gguf_get_tensor_name(ctx, i);
-        struct ggml_tensor * t = ggml_get_tensor(meta, name);
+    i = 0;
+    for (struct ggml_tensor * t = ggml_get_first_tensor(meta); t; t = ggml_get_next_tensor(meta, t), i++) {
         printf("%s{\"name\": ", i ? ", " : "");
-        json_string(name);
+        json_string(t->name);
         printf(", \"type\": %d, \"ne\": [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "], \"offset\": %zu, \"nbytes\": %zu}",
                (int) t->type, t->ne[0], t->ne[1], t->ne[2], t->ne[3], data_offset + gguf_get_tensor_offset(ctx, i),
                ggml_nbytes(t));
