@@ -417,32 +417,30 @@ def cases(tmp, Case):
         [("blk.0.attn_norm.weight", [64], 0), ("blk.1.attn_norm.weight", [64], 0)])))
     target = gguf("qwen35_ok.gguf", gguf_bytes(_qwen35_spec()))
     gpus = [{"name": "ROCm0", "vram_total_bytes": 34208743424}]
+    expr = "msg={{ g | dankfleet.llm.fit_plan(model=m, serve=s) }}"
 
-    def plan_expr(model_path, serve):
-        facts = "lookup('ansible.builtin.pipe', %r)" % (
-            "%s -c 'import json,sys; sys.path.insert(0, \"%s\"); from ansible_collections.dankfleet.llm.plugins."
-            "module_utils.gguf_facts import gguf_facts; print(json.dumps(gguf_facts(\"%s\")))'"
-            % (os.path.join(import_paths.REPO, ".venv", "bin", "python"), os.path.join(import_paths.REPO, "collections"),
-               model_path))
-        return {"msg": "{{ %s | dankfleet.llm.fit_plan(model=(%s | from_json), serve=%s) }}"
-                % (json.dumps(gpus), facts, json.dumps(serve))}
+    def plan_vars(name, model_path, **serve):
+        from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+        path = os.path.join(d, "plan-%s.json" % name)
+        with open(path, "w") as fh:
+            json.dump({"g": gpus, "m": gguf_facts(model_path), "s": dict({"backend": "hip", "ctx_size": 4096},
+                                                                         **serve)}, fh)
+        return "@" + path
 
-    out.append(Case("fit_plan a drafter as the target", "debug",
-                    plan_expr(drafter, {"backend": "hip", "ctx_size": 4096}),
+    out.append(Case("fit_plan a drafter as the target", "debug", expr, extra_vars=plan_vars("drafter", drafter),
                     refuse=r"model is a drafter GGUF, not a model llama-server can serve .*architecture dflash"))
-    out.append(Case("fit_plan kv_unified 'flase'", "debug",
-                    plan_expr(target, {"backend": "hip", "ctx_size": 4096, "kv_unified": "flase"}),
+    out.append(Case("fit_plan kv_unified 'flase'", "debug", expr,
+                    extra_vars=plan_vars("flase", target, kv_unified="flase"),
                     refuse=r"serve\.kv_unified is 'flase', not a boolean"))
-    out.append(Case("fit_plan flash_attn 'enabled'", "debug",
-                    plan_expr(target, {"backend": "hip", "ctx_size": 4096, "flash_attn": "enabled"}),
+    out.append(Case("fit_plan flash_attn 'enabled'", "debug", expr,
+                    extra_vars=plan_vars("enabled", target, flash_attn="enabled"),
                     refuse=r"serve\.flash_attn 'enabled': use on, off or auto"))
 
-    def kv_unified_false_is_false(r):
+    def planned(r):
         msg = r.get("msg") or {}
-        return None if isinstance(msg, dict) and msg.get("fits") is not None else "no plan: %r" % (r,)
-    out.append(Case("fit_plan kv_unified 'false' plans", "debug",
-                    plan_expr(target, {"backend": "hip", "ctx_size": 4096, "kv_unified": "false"}),
-                    check=kv_unified_false_is_false))
+        return None if isinstance(msg, dict) and isinstance(msg.get("fits"), bool) else "no plan: %r" % (r,)
+    out.append(Case("fit_plan kv_unified 'false' plans", "debug", expr,
+                    extra_vars=plan_vars("false", target, kv_unified="false"), check=planned))
     facts = os.path.join(d, "gpu.facts.json")
     with open(facts, "w") as fh:
         fh.write('{"gpus": [{"pci_address": "0000:03:00.0", "vendor": "amd", "vram_total_bytes": 1, '
