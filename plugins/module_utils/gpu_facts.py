@@ -24,7 +24,7 @@ import os
 import re
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, loads as strict_loads
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, non_finite_path
 
 VENDOR_AMD = '0x1002'
 VENDOR_NVIDIA = '0x10de'
@@ -899,7 +899,7 @@ def load_facts(path, include_integrated=False):
     and the topology text are derived again from the recorded cards."""
     try:
         with open_regular(path, _FactsFileError, 'saved gpu_facts result', max_bytes=FACTS_FILE_MAX_BYTES) as handle:
-            data = strict_loads(handle.read().decode('utf-8'))
+            data = json.loads(handle.read().decode('utf-8'))
     except _FactsFileError as exc:
         raise GpuFactsError('facts_file %s: %s' % (path, exc.args[1]))
     except (IOError, OSError) as exc:
@@ -907,6 +907,10 @@ def load_facts(path, include_integrated=False):
     except (ValueError, RecursionError) as exc:
         raise GpuFactsError('facts_file %s: not valid JSON (%s); save a gpu_facts result with '
                             'to_nice_json' % (path, exc))
+    bad = non_finite_path(data)
+    if bad:
+        raise GpuFactsError('facts_file %s: %s is not a finite number (NaN and infinities are refused); save the '
+                            'gpu_facts result again' % (path, bad))
     if not isinstance(data, dict) or not isinstance(data.get('gpus'), list):
         raise GpuFactsError('facts_file %s: expected a JSON object with a "gpus" list (a saved gpu_facts '
                             'result)' % path)
@@ -1031,7 +1035,8 @@ def render_topology(result):
         else:
             lines.append('  narrowest link: unknown')
         for link in card.get('links') or []:
-            if link.get('max_speed') and link.get('speed') and parse_link_speed(link['max_speed']) > parse_link_speed(link['speed']):
+            top, now = parse_link_speed(link.get('max_speed')), parse_link_speed(link.get('speed'))
+            if top is not None and now is not None and top > now:
                 lines.append('  note: link below %s runs at %s but both ends can do %s; an idle card may train '
                              'down to save power, read again under load' % (
                                  _short(link.get('bridge')), link['speed'], link['max_speed']))

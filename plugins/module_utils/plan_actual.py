@@ -34,7 +34,7 @@ import time
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, loads as strict_loads
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, non_finite_path
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -531,10 +531,14 @@ def load_records(path):
         return []
     try:
         with open(path) as handle:
-            data = strict_loads(handle.read())
+            data = json.load(handle)
     except ValueError as exc:
         raise PlanActualError("%s is not valid JSON (%s): move it aside (it is the plan-vs-actual history; nothing "
                               "here deletes it) and the next gate starts a new one" % (path, exc))
+    bad = non_finite_path(data)
+    if bad:
+        raise PlanActualError("%s: %s is not a finite number (NaN and infinities are refused): move the file aside "
+                              "(nothing here deletes it) and the next gate starts a new one" % (path, bad))
     if not isinstance(data, list):
         raise PlanActualError("%s holds a %s, not a list of records: move it aside and the next gate starts a new "
                               "one" % (path, type(data).__name__))

@@ -59,6 +59,20 @@ def finite_float(text, where, error=ValueError):
     return value
 
 
+def non_finite_path(value, where=""):
+    """The path (``gpus[0].links[1].gbps``) of the first NaN or infinity inside parsed JSON, else None."""
+    stack = [(where, value)]
+    while stack:
+        at, v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return at or "the value"
+        if isinstance(v, dict):
+            stack.extend(("%s.%s" % (at, k) if at else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend(("%s[%d]" % (at, i), x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
 def refuse_constant(name):
     raise ValueError("%s is not a number JSON allows (NaN and infinities are refused)" % name)
 
