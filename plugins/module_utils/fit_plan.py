@@ -356,7 +356,8 @@ def _gpu_list(gpus):
         where = "gpus[%d]" % i
         if not isinstance(g, dict):
             raise FitPlanError("%s must be a dict with name and vram_total_bytes, got %r" % (where, g))
-        if g.get("integrated") or g.get("hidden"):
+        if any(to_bool(g[k], "%s.%s" % (where, k), FitPlanError) for k in ("integrated", "hidden")
+               if g.get(k) is not None):
             skipped.append(str(g.get("name") or g.get("marketing_name") or "gpus[%d]" % i))
             continue
         name = g.get("name")

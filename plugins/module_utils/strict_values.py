@@ -19,17 +19,33 @@ __metaclass__ = type
 import json
 import math
 
-from ansible.module_utils.parsing.convert_bool import boolean as _ansible_boolean
-
 BOOLEAN_WORDS = "true/false (or yes/no, on/off, y/n, t/f, 1/0)"
+# ansible.module_utils.parsing.convert_bool's BOOLEANS_TRUE / BOOLEANS_FALSE, copied so fit_plan imports without
+# Ansible (a law of its tests); tests/unit/plugins/module_utils/test_strict_values.py asserts the copies agree.
+BOOLEANS_TRUE = frozenset(("y", "yes", "on", "1", "true", "t", 1, 1.0, True))
+BOOLEANS_FALSE = frozenset(("n", "no", "off", "0", "false", "f", 0, 0.0, False))
 
 
 def to_bool(value, where, error=ValueError):
-    """value as a boolean by Ansible's rules, or error naming where and the accepted words."""
+    """value as a boolean by Ansible's rules (convert_bool.boolean, strict), or error naming where."""
+    if isinstance(value, bool):
+        return value
+    key = value
+    if isinstance(value, bytes):
+        try:
+            key = value.decode("utf-8")
+        except UnicodeDecodeError:
+            key = None
+    if isinstance(key, str):
+        key = key.lower().strip()
     try:
-        return _ansible_boolean(value, strict=True)
-    except (TypeError, ValueError):
-        raise error("%s is %r, not a boolean: use %s" % (where, value, BOOLEAN_WORDS))
+        if key in BOOLEANS_TRUE:
+            return True
+        if key in BOOLEANS_FALSE:
+            return False
+    except TypeError:           # unhashable: a list, a dict
+        pass
+    raise error("%s is %r, not a boolean: use %s" % (where, value, BOOLEAN_WORDS))
 
 
 def is_finite_number(value):

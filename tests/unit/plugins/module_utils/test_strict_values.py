@@ -5,7 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
+from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE, boolean
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.plugins.filter.fit_plan import FilterModule
 from ansible_collections.dankfleet.llm.plugins.module_utils import strict_values as sv
@@ -58,6 +58,24 @@ def test_the_filter_takes_the_same_rule():
         fit_plan(lib.r9700s(), model=MODEL, serve=dict(SERVE, kv_unified="flase"))
 
 
+def test_the_copied_words_are_ansibles():
+    assert sv.BOOLEANS_TRUE == BOOLEANS_TRUE and sv.BOOLEANS_FALSE == BOOLEANS_FALSE
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(st.sampled_from(WORDS).flatmap(_cases), st.text(max_size=6), st.integers(-3, 3),
+                       st.floats(allow_nan=True), st.none(), st.booleans(), st.binary(max_size=4),
+                       st.lists(st.booleans(), max_size=1)))
+def test_to_bool_is_ansibles_boolean(value):
+    try:
+        want = boolean(value, strict=True)
+    except TypeError:
+        with pytest.raises(ValueError, match="not a boolean"):
+            sv.to_bool(value, "x")
+        return
+    assert sv.to_bool(value, "x") is want
+
+
 NON_FINITE = [float("nan"), float("inf"), float("-inf")]
 
 
@@ -97,3 +115,19 @@ def test_a_bench_row_with_nan_is_dropped_not_reported():
     rows = parse_bench_output('{"n_prompt": 512, "n_gen": 0, "avg_ts": NaN}\n{"n_prompt": 0, "n_gen": 64, "avg_ts": 9.5}')
     assert rows == [{"n_prompt": 0, "n_gen": 64, "avg_ts": 9.5}]
     assert all(math.isfinite(r["avg_ts"]) for r in rows)
+
+
+@pytest.mark.parametrize("word,skipped", [("false", False), ("no", False), ("0", False), ("true", True), ("yes", True)])
+def test_a_gpu_flag_as_a_word_is_read_by_ansible_rules(word, skipped):
+    """integrated: "false" skipped the card (any non-empty string is truthy); it is a usable GPU."""
+    gpus = lib.r9700s()
+    gpus[1]["integrated"] = word
+    result = plan(gpus, MODEL, SERVE)
+    assert [d["name"] for d in result["devices"]] == (["ROCm0"] if skipped else ["ROCm0", "ROCm1"])
+
+
+def test_a_gpu_flag_that_is_no_boolean_is_refused():
+    gpus = lib.r9700s()
+    gpus[0]["hidden"] = "maybe"
+    with pytest.raises(FitPlanError, match=r"gpus\[0\]\.hidden is 'maybe', not a boolean"):
+        plan(gpus, MODEL, SERVE)
