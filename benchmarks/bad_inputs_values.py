@@ -135,7 +135,7 @@ def random_spec(rng, n_tensors=None):
 
 def _m_offsets_shuffled(rng, spec):
     if len(spec.tensors) < 2:
-        spec = spec.copy(tensors=spec.tensors * 1 + [("extra.weight", [32], 0)])
+        spec = spec.copy(tensors=spec.tensors + [("extra.weight", [32], 0)])
     natural, _ = natural_offsets(spec)
     offs = list(natural)
     while offs == natural:
@@ -220,7 +220,7 @@ def _m_huge_string(rng, spec):
 
 
 def _m_huge_array(rng, spec):
-    kvs = list(spec.kvs) + [("x.arr", ARRAY, (rng.choice([UINT32, STRING, UINT64]), [1] * 0))]
+    kvs = list(spec.kvs) + [("x.arr", ARRAY, (rng.choice([UINT32, STRING, UINT64]), []))]
     raw = bytearray(gguf_bytes(spec.copy(kvs=kvs)))
     at = raw.find(b"x.arr") + len("x.arr") + 4 + 4
     struct.pack_into("<Q", raw, at, rng.choice([1 << 20, (1 << 30) + 1, 1 << 62]))

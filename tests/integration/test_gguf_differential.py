@@ -99,8 +99,8 @@ def check_same(path):
         assert not llama["ok"], "llama.cpp reads %s, gguf_reader refuses it: %s" % (path, exc)
         want = llama_cause(llama["error"])
         assert exc.cause == want or (want, exc.cause) in SAME, (
-            "%s: llama.cpp refuses for %s (%s), gguf_reader for %s (%s)" % (path, want, llama["error"].strip(),
-                                                                           exc.cause, exc.problem))
+            "%s: llama.cpp refuses for %s (%s), gguf_reader for %s (%s)"
+            % (path, want, llama["error"].strip(), exc.cause, exc.problem))
         return exc.cause
     assert llama["ok"], "llama.cpp refuses %s (%s), gguf_reader reads it" % (path, llama["error"].strip())
     assert (ours.version, ours.alignment, ours.data_offset, ours.kv_count) == (
@@ -140,9 +140,10 @@ def test_every_class_of_mutation_through_both_readers(mutation, tmp_path):
     assert seen - {"ok"}, "the class %s never produced a file llama.cpp refuses" % mutation
 
 
-@settings(max_examples=int(os.environ.get("DANKFLEET_DIFF_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2 ** 32), flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), min_size=1,
-                                                       max_size=4))
+@settings(max_examples=int(os.environ.get("DANKFLEET_DIFF_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2 ** 32),
+       flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), min_size=1, max_size=4))
 def test_random_header_byte_flips_through_both_readers(seed, flips, tmp_path):
     """Any byte of a valid file's header changed: both read it alike, or both refuse it for the same cause."""
     rng = random.Random(seed)
