@@ -77,7 +77,10 @@ DEFAULT_FULL_ATTENTION_INTERVAL = {"qwen35": 4, "qwen35moe": 4, "qwen3next": 4, 
 # block_count entries (llama-model-loader.cpp: "key %s has wrong array length; expected %u, got %u"), of
 # UINT32, INT32 or BOOL elements (get_arr: "%s has wrong array element type %s").
 PER_LAYER_ARRAY_KEYS = ("attention.head_count", "attention.head_count_kv", "feed_forward_length",
-                        "attention.recurrent_layers")
+                        "attention.recurrent_layers", "expert_feed_forward_length")
+# get_key_or_arr(rope.dimension_sections, rope_sections, 4): an array must have exactly 4 entries
+ROPE_SECTIONS_ARCHS = frozenset(["qwen35", "qwen35moe", "qwen4exp", "qwen3vl", "qwen3vlmoe", "qwen2vl", "glm4",
+                                 "ernie4_5", "deepseek32", "bailingmoe3", "dflash"])
 PER_LAYER_ELEMENT_TYPES = ("ARRAY[UINT32]", "ARRAY[INT32]", "ARRAY[BOOL]")
 # get_arr into std::array<..., LLAMA_MAX_LAYERS> (no length rule: a short one leaves the rest 0)
 SWA_PATTERN_ELEMENT_TYPES = PER_LAYER_ELEMENT_TYPES
@@ -176,6 +179,11 @@ def check_layer_arrays(g, arch, n_layer_all):
             raise GGUFError(g.path, "metadata %s has %d entries but %sblock_count is %d: llama.cpp b11434 refuses the "
                             "model (key %s has wrong array length; expected %d, got %d); give one entry per block or "
                             "a single value" % (key, len(value), a, n_layer_all, key, n_layer_all, len(value)))
+    key = a + "rope.dimension_sections"
+    value = g.fields.get(key)
+    if arch in ROPE_SECTIONS_ARCHS and isinstance(value, list) and len(value) != 4:
+        raise GGUFError(g.path, "metadata %s has %d entries: llama.cpp b11434 refuses the model (key %s has wrong "
+                        "array length; expected 4, got %d)" % (key, len(value), key, len(value)))
     key = a + "attention.sliding_window_pattern"
     value = g.fields.get(key)
     if isinstance(value, list):

@@ -62,6 +62,15 @@ def test_a_per_layer_array_must_have_block_count_entries(tmp_path, key, n):
             gguf_facts(p)
 
 
+@pytest.mark.parametrize("n", [1, 3, 5, 8])
+def test_rope_dimension_sections_must_have_4_entries(tmp_path, n):
+    p = _qwen35(tmp_path, rope__dimension_sections=[8] * n)
+    with pytest.raises(GGUFError, match=r"qwen35\.rope\.dimension_sections has %d entries: .*expected 4, got %d" % (n, n)):
+        gguf_facts(p)
+    assert gguf_facts(_qwen35(tmp_path, name="ok.gguf", rope__dimension_sections=[8, 8, 8, 0]))["rope"][
+        "dimension_sections"] == [8, 8, 8, 0]
+
+
 def test_per_layer_values_are_read_one_per_layer(tmp_path):
     heads = [1, 2, 3, 4, 5, 6, 7, 8, 9]
     facts = gguf_facts(_qwen35(tmp_path, attention__head_count_kv=heads))
