@@ -24,7 +24,7 @@ import os
 import re
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, non_finite_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
 
 VENDOR_AMD = '0x1002'
 VENDOR_NVIDIA = '0x10de'
@@ -433,7 +433,7 @@ def _kfd_gpus(root, warnings):
         return None
     nodes = []
     for entry in os.listdir(nodes_dir):
-        if entry.isdigit():
+        if digits(entry):
             path = KFD_NODES + '/' + entry + '/properties'
             text = read_text(root, path)
             if text is None:
@@ -828,7 +828,7 @@ def _t_gbps(v):
 
 
 def _t_digits(v):
-    return isinstance(v, str) and v.isdigit()
+    return isinstance(v, str) and digits(v)
 
 
 def _t_str_list(v):

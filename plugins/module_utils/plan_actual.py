@@ -34,7 +34,7 @@ import time
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, non_finite_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -107,7 +107,7 @@ def process_memory(root, pid):
             out["name"] = value.strip()
         elif key in keys:
             parts = value.split()
-            if parts and parts[0].isdigit():
+            if parts and digits(parts[0]):
                 out[keys[key]] = int(parts[0]) * 1024
     if "rss_bytes" not in out:
         return None
@@ -123,12 +123,12 @@ def parse_compute_apps(text, source="nvidia-smi"):
         if not line or line.startswith("No running") or line.lower().startswith("pid"):
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) not in (2, 3) or not fields[0].isdigit():
+        if len(fields) not in (2, 3) or not digits(fields[0]):
             raise PlanActualError("%s line %d: expected 'pid, used_memory' or 'pid, gpu_uuid, used_memory' "
                                   "(nvidia-smi %s), found %r" % (source, lineno, " ".join(NVIDIA_SMI_APPS_ARGS),
                                                                  line[:100]))
         used = fields[-1]
-        if used.startswith("[") or not used.isdigit():
+        if used.startswith("[") or not digits(used):
             used_bytes = None     # [N/A] or [Insufficient Permissions]
         else:
             used_bytes = int(used) * MIB
@@ -145,7 +145,7 @@ def parse_gpu_uuids(text, source="nvidia-smi"):
         if not line or line.lower().startswith("index"):
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 3 or not fields[0].isdigit():
+        if len(fields) != 3 or not digits(fields[0]):
             raise PlanActualError("%s line %d: expected 'index, uuid, pci.bus_id' (nvidia-smi %s), found %r"
                                   % (source, lineno, " ".join(NVIDIA_SMI_GPUS_ARGS), line[:100]))
         rows.append({"index": int(fields[0]), "uuid": fields[1], "pci_address": _bdf(fields[2])})
@@ -164,7 +164,7 @@ def _visible(text):
     out = []
     for part in str(text or "").split(","):
         part = part.strip()
-        if part.isdigit():
+        if digits(part):
             out.append(int(part))
     return out
 
@@ -175,11 +175,11 @@ def kfd_gpu_nodes(root):
     if not os.path.isdir(base):
         return []
     nodes = []
-    for entry in sorted((e for e in os.listdir(base) if e.isdigit()), key=int):
+    for entry in sorted((e for e in os.listdir(base) if digits(e)), key=int):
         props = {}
         for line in (_read(root, "%s/%s/properties" % (KFD_NODES, entry)) or "").splitlines():
             parts = line.split()
-            if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            if len(parts) == 2 and digits(parts[1].lstrip("-")):
                 props[parts[0]] = int(parts[1])
         if not (props.get("simd_count", 0) > 0 or props.get("gfx_target_version", 0) > 0):
             continue
@@ -283,7 +283,7 @@ def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_d
     cuda_names = [n for n in device_names if n.startswith("CUDA")]
 
     def cuda_uuid(name):
-        idx = int(name[4:]) if name[4:].isdigit() else None
+        idx = int(name[4:]) if digits(name[4:]) else None
         g = by_name.get(name)
         if g and g.get("pci_address"):
             for row in uuids:
@@ -329,7 +329,7 @@ def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_d
         else:
             visible_nodes = [n for n in nodes if not n["integrated"]]
         for name in rocm_names:
-            idx = int(name[4:]) if name[4:].isdigit() else -1
+            idx = int(name[4:]) if digits(name[4:]) else -1
             g = by_name.get(name)
             bdf = _bdf(g["pci_address"]) if g and g.get("pci_address") else None
             node = None

@@ -75,6 +75,11 @@ def finite_float(text, where, error=ValueError):
     return value
 
 
+def digits(text):
+    """text is a non-empty run of ASCII digits (str.isdigit also takes '²' and other digits int() refuses)."""
+    return isinstance(text, str) and bool(text) and all("0" <= c <= "9" for c in text)
+
+
 def non_finite_path(value, where=""):
     """The path (``gpus[0].links[1].gbps``) of the first NaN or infinity inside parsed JSON, else None."""
     stack = [(where, value)]

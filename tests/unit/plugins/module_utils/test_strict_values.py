@@ -131,3 +131,16 @@ def test_a_gpu_flag_that_is_no_boolean_is_refused():
     gpus[0]["hidden"] = "maybe"
     with pytest.raises(FitPlanError, match=r"gpus\[0\]\.hidden is 'maybe', not a boolean"):
         plan(gpus, MODEL, SERVE)
+
+
+@pytest.mark.parametrize("text,want", [("12", True), ("0", True), ("", False), ("²", False), ("٣", False),
+                                       ("1.5", False), ("-1", False), (" 1", False), (None, False)])
+def test_digits_are_ascii_digits(text, want):
+    assert sv.digits(text) is want
+
+
+def test_a_unicode_digit_in_nvidia_smi_output_is_no_pid():
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan_actual import parse_compute_apps
+    with pytest.raises(PlanActualError, match=r"line 1: expected 'pid, used_memory'"):
+        parse_compute_apps("\u00b2, 100")
+    assert parse_compute_apps("4711, \u00b2")[0]["used_bytes"] is None
