@@ -69,7 +69,7 @@ build_gguf_check() {
   fi
   mkdir -p "$GGUF_CHECK_DIR"
   tmp=$(mktemp "$GGUF_CHECK_DIR/.gguf-check.XXXXXX")
-  "${CC:-cc}" -O2 -std=c11 -Wall -Wextra -Werror -I"$inc" "$GGUF_CHECK_SRC" -o "$tmp" \
+  "${CC:-cc}" -O2 -std=c11 -Wall -Wextra -I"$inc" "$GGUF_CHECK_SRC" -o "$tmp" \
     -L"$PREFIX/lib" -lggml-base -Wl,-rpath,"$PREFIX/lib"
   [[ -n "$inc_tmp" ]] && rm -rf "$inc_tmp"
   chmod 0755 "$tmp"
