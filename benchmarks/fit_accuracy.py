@@ -59,7 +59,9 @@ SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" /
         # issue 19: the runbook's 27B qwen35 hybrid + MTP at real scale on the H200 (production serve shape)
         "cuda-h200-27b": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-27b",
         # issue 17: a gemma3-like sliding-window model, q8_0 KV at 131072+ under CUDA flash attention
-        "cuda-h200-swa": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-swa"}
+        "cuda-h200-swa": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-swa",
+        # issue 24: the 27B target beside real-size DFlash2-like / DSpark-like block drafters
+        "cuda-h200-block": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-block"}
 EXACT = ("weights", "kv", "recurrent")
 EXACT_BYTES = 1 * MIB
 COMPUTE_REL, COMPUTE_ABS = 0.10, 32 * MIB
@@ -116,6 +118,9 @@ def planner_inputs(fx):
         serve["spec_draft_n_max"] = c["spec_draft_n_max"]
     if c.get("draft_device"):
         serve["draft_device"] = c["draft_device"]
+    for k in ("cache_type_k_draft", "cache_type_v_draft"):
+        if c.get(k):
+            serve[k] = c[k]
     return gpus, serve
 
 
