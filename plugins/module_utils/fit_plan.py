@@ -133,26 +133,34 @@ PROFILES = {
                   "figures the runbook records for 2x R9700 / frank-medium, 2026-09-16..17: the 1:1 ctx ladder, the "
                   "DSpark and DFlash2 -ts/ubatch tables, the 327680 and 393216 loads, the card-1 spec A/B "
                   "(tests/fixtures/runbook_points.py; benchmarks/fit_plan_calibrate_hip.py --fit re-derives it). "
-                  "Worst residual 0.62 GiB. device_overhead is a prior (an idle HIP context); the activation "
+                  "Worst residual 0.62 GiB before the issue-24 refit below. device_overhead is a prior (an idle HIP context); the activation "
                   "terms fitted to zero -- at ubatch 512..1536 the KQ mask and the logits carry the ubatch cost. "
                   "Effective constants (pipeline_copies false): the mask's 7.75 B per (cell x token) is the total "
                   "over the copies, fitted before the copies law was measured; re-fitting under the law (x4 split, "
                   "x1 pinned drafter) also reaches 0.63 GiB but moves the 393216/MTP balance to 35:30, so the hip "
-                  "profile waits for HIP measurements that separate the two.",
+                  "profile waits for HIP measurements that separate the two. Re-fitted for issue 24 under the block "
+                  "drafter law (the DFlash2/DSpark full-ubatch logits on the lm_head's device, measured on CUDA): that "
+                  "law replaces, for a block drafter, draft_compute_base_bytes (was 551 MiB) and logits_ubatch_bytes "
+                  "(was 3.5 B) on the drafter's head device -- the old fit's stand-ins for it -- and the refit moved "
+                  "compute_base_bytes 561 -> 478 MiB, mask_bytes_per_cell 7.75 -> 8.0, logits_ubatch_bytes (now the "
+                  "target's alone) 3.5 -> 2.7, draft_compute_base_bytes (now MTP and draft-simple only) 551 -> 806 "
+                  "MiB, mmproj_compute_bytes 37 -> 95 MiB; worst residual 0.76 GiB over the same 38 points (the "
+                  "DFlash2-era card-1 figures within 0.41 GiB, the MTP recalibration within 0.02 GiB) and the "
+                  "measured balance points 40:25 / 36:29 / 35:30 still found.",
         "pipeline_copies": False,
         "device_overhead_bytes": 300 * MIB,
-        "compute_base_bytes": 561 * MIB,
+        "compute_base_bytes": 478 * MIB,
         "act_embd_bytes": 0.0,
         "act_ff_bytes": 0.0,
         "split_embd_bytes": 0.0,
         "first_embd_bytes": 0.0,
-        "mask_bytes_per_cell": 7.75,
-        "mask_bytes_per_cell_nofa": 7.75,       # the fit's value, applied with and without flash attention
+        "mask_bytes_per_cell": 8.0,
+        "mask_bytes_per_cell_nofa": 8.0,        # the fit's value, applied with and without flash attention
         "attn_embd_bytes_nofa": 0.0,
         "attn_gate_bytes_nofa": 0.0,
-        "logits_ubatch_bytes": 3.5,
-        "draft_compute_base_bytes": 551 * MIB,
-        "mmproj_compute_bytes": 37 * MIB,
+        "logits_ubatch_bytes": 2.7,
+        "draft_compute_base_bytes": 806 * MIB,
+        "mmproj_compute_bytes": 95 * MIB,
         "host_modelled": False,                 # the runbook records no host RAM figures
         "host_embd_bytes": 0.0,
         "host_split_embd_bytes": 0.0,
