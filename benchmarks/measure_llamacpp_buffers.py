@@ -835,7 +835,8 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="fixture dir (default tests/fixtures/llamacpp/b11434-<set>)")
     p.add_argument("--bindir", default=str(PREFIX / "bin"))
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
-                   help="which matrix (cpu: issue 3; cuda-h200: issue 9; cuda-h200-27b: issue 19; cuda-h200-swa: issue 17)")
+                   help="which matrix (cpu: issue 3; cuda-h200: issue 9; cuda-h200-27b: issue 19; cuda-h200-swa: issue 17; "
+                   "cuda-h200-block: issue 24)")
     p.add_argument("--models-dir", default=None, help=f"where the matrix models are generated (default {MODELS})")
     p.add_argument("--no-fit-params", action="store_true", help="skip llama-fit-params during the matrix")
     p.add_argument("--fit-params-only", action="store_true",
