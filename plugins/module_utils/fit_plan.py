@@ -36,6 +36,11 @@ The laws are llama.cpp b11434's, each named where it lives:
   device (the last one).
 * compute buffers: a function of ubatch, context and vocab with per-backend constants in
   ``PROFILES`` below, each documented with where it came from.
+* block drafters (draft-dflash / draft-dspark, src/models/dflash.cpp): the draft context reserves at
+  n_ubatch tokens and the decoder sends every one of them through the lm_head, so the lm_head's device
+  (the target's output device when the drafter shares the target's head) holds full-ubatch f32 logits at
+  the graph's end -- twice for DSpark (``_block_draft_end``); each target layer the drafter extracts keeps
+  its input alive to the target graph's end.
 """
 
 from __future__ import (absolute_import, division, print_function)

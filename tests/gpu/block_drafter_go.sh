@@ -24,7 +24,7 @@ if [[ ! -f $W/started ]]; then
     >> "$W/out/pipeline.log" 2>&1 < /dev/null
   sleep 2
 else
-  echo "pipeline already started ($(cat "$W/out/progress.log" 2>/dev/null | tail -1))"
+  echo "pipeline already started ($(tail -1 "$W/out/progress.log" 2>/dev/null))"
 fi
 while [[ ! -f $W/done ]] && (( $(date +%s) - T0 < LIMIT )); do sleep 5; done
 [[ -f $W/done ]] && echo "PIPELINE DONE" || echo "PIPELINE STILL RUNNING"

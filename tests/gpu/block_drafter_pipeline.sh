@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2012  # device-only script: ls of known model names
 # Issue 24 on the device machine (one H200), detached by tests/gpu/block_drafter_go.sh:
 #
 #   1. build llama.cpp b11434 from the carried sdist with CUDA sm_90 + RPC (cmake directly: llama-server,
