@@ -101,6 +101,8 @@ RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", 
 #                             n_outputs x n_vocab x 4 (b11434 reserves only n_outputs_max rows of logits;
 #                             the runbook's build paid for a full ubatch)
 #   draft_compute_base_bytes  fixed part of a draft context's (MTP or drafter model) compute buffer
+#   draft_block_base_bytes    (optional) the same for a block drafter (draft-dflash/-dspark) beside its law;
+#                             absent: compute_base_bytes
 #   mmproj_compute_bytes      the vision encoder's warm-up compute buffer on the mmproj device
 #   draft_overhead_bytes      (optional) runtime memory beyond device_overhead on a device running a drafter
 #                             model's layers; mtp_overhead_bytes the same on the device of an MTP head
@@ -138,34 +140,36 @@ PROFILES = {
                   "figures the runbook records for 2x R9700 / frank-medium, 2026-09-16..17: the 1:1 ctx ladder, the "
                   "DSpark and DFlash2 -ts/ubatch tables, the 327680 and 393216 loads, the card-1 spec A/B "
                   "(tests/fixtures/runbook_points.py; benchmarks/fit_plan_calibrate_hip.py --fit re-derives it). "
-                  "Worst residual 0.62 GiB before the issue-24 refit below. device_overhead is a prior (an idle HIP context); the activation "
+                  "Worst residual 0.62 GiB. device_overhead is a prior (an idle HIP context); the activation "
                   "terms fitted to zero -- at ubatch 512..1536 the KQ mask and the logits carry the ubatch cost. "
                   "Effective constants (pipeline_copies false): the mask's 7.75 B per (cell x token) is the total "
                   "over the copies, fitted before the copies law was measured; re-fitting under the law (x4 split, "
                   "x1 pinned drafter) also reaches 0.63 GiB but moves the 393216/MTP balance to 35:30, so the hip "
-                  "profile waits for HIP measurements that separate the two. Re-fitted for issue 24 under the block "
-                  "drafter law (the DFlash2/DSpark full-ubatch logits on the lm_head's device, measured on CUDA): that "
-                  "law replaces, for a block drafter, draft_compute_base_bytes (was 551 MiB) and logits_ubatch_bytes "
-                  "(was 3.5 B) on the drafter's head device -- the old fit's stand-ins for it -- and the refit moved "
-                  "compute_base_bytes 561 -> 478 MiB, mask_bytes_per_cell 7.75 -> 8.0, logits_ubatch_bytes (now the "
-                  "target's alone) 3.5 -> 2.7, draft_compute_base_bytes (now MTP and draft-simple only) 551 -> 806 "
-                  "MiB, mmproj_compute_bytes 37 -> 95 MiB; worst residual 0.76 GiB over the same 38 points (the "
-                  "DFlash2-era card-1 figures within 0.41 GiB, the MTP recalibration within 0.02 GiB) and the "
-                  "measured balance points 40:25 / 36:29 / 35:30 still found.",
+                  "profile waits for HIP measurements that separate the two. Issue 24: a block drafter (DFlash2, DSpark) "
+                  "is sized by the block-drafter law (its full-ubatch logits on the lm_head's device, measured on "
+                  "CUDA), which replaces for it the two constants this fit had standing in for that term -- "
+                  "draft_compute_base_bytes (551 MiB) and logits_ubatch_bytes (3.5 B per ubatch token x n_vocab) "
+                  "on the drafter's device -- with draft_block_base_bytes (300 MiB) beside the law; the target "
+                  "constants are held. Over the same 38 points: worst residual 0.61 GiB (ab-none, no drafter, as "
+                  "before), the DFlash2-era card-1 figures and the DSpark tables within 0.47 GiB, the MTP "
+                  "recalibration unchanged, the measured balance points 40:25 / 36:29 / 35:30 still found.",
         "pipeline_copies": False,
         "device_overhead_bytes": 300 * MIB,
-        "compute_base_bytes": 478 * MIB,
+        "compute_base_bytes": 561 * MIB,
         "act_embd_bytes": 0.0,
         "act_ff_bytes": 0.0,
         "split_embd_bytes": 0.0,
         "first_embd_bytes": 0.0,
-        "mask_bytes_per_cell": 8.0,
-        "mask_bytes_per_cell_nofa": 8.0,        # the fit's value, applied with and without flash attention
+        "mask_bytes_per_cell": 7.75,
+        "mask_bytes_per_cell_nofa": 7.75,       # the fit's value, applied with and without flash attention
         "attn_embd_bytes_nofa": 0.0,
         "attn_gate_bytes_nofa": 0.0,
-        "logits_ubatch_bytes": 2.7,
-        "draft_compute_base_bytes": 806 * MIB,
-        "mmproj_compute_bytes": 95 * MIB,
+        "logits_ubatch_bytes": 3.5,              # the target's (and MTP's, draft-simple's); not a block drafter's
+        "draft_compute_base_bytes": 551 * MIB,   # MTP and draft-simple; a block drafter's is the next one
+        # issue 24: the fixed part of a block drafter's compute beside the block-drafter law (fitted, target
+        # constants held: any value in 150..500 MiB gives the same worst residual, 0.61 GiB on ab-none)
+        "draft_block_base_bytes": 300 * MIB,
+        "mmproj_compute_bytes": 37 * MIB,
         "host_modelled": False,                 # the runbook records no host RAM figures
         "host_embd_bytes": 0.0,
         "host_split_embd_bytes": 0.0,
@@ -1085,7 +1089,7 @@ def _evaluate(c, split, n_ctx_req):
                 comp = _graph_compute(lprof, fa, ub, d_copies, d_embd, d_ff, d_head,
                                       n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
                                       first=di == dslots[0] and not block,
-                                      base_key="draft_compute_base_bytes" if not block else "compute_base_bytes",
+                                      base_key="draft_compute_base_bytes" if not block else ("draft_block_base_bytes" if "draft_block_base_bytes" in prof else "compute_base_bytes"),
                                       fa_kv_f16=d_fa.get(di, 0), q_width=d_head * int(dm.get("key_length") or 0),
                                       end_bytes=at_end)
             else:
