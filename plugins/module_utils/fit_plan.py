@@ -101,8 +101,7 @@ RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", 
 #                             n_outputs x n_vocab x 4 (b11434 reserves only n_outputs_max rows of logits;
 #                             the runbook's build paid for a full ubatch)
 #   draft_compute_base_bytes  fixed part of a draft context's (MTP or drafter model) compute buffer
-#   draft_block_base_bytes    (optional) the same for a block drafter (draft-dflash/-dspark) beside its law;
-#                             absent: compute_base_bytes
+#   draft_block_base_bytes    the same for a block drafter (draft-dflash/-dspark), beside the block-drafter law
 #   mmproj_compute_bytes      the vision encoder's warm-up compute buffer on the mmproj device
 #   draft_overhead_bytes      (optional) runtime memory beyond device_overhead on a device running a drafter
 #                             model's layers; mtp_overhead_bytes the same on the device of an MTP head
@@ -200,6 +199,7 @@ PROFILES = {
         "attn_gate_bytes_nofa": 12.0,
         "logits_ubatch_bytes": 0.0,             # logits are n_outputs_max rows (n_vocab 32768 x 65536 x 128000 alike)
         "draft_compute_base_bytes": 0,
+        "draft_block_base_bytes": 0,            # as compute_base_bytes: no fixed part
         "mmproj_compute_bytes": 0,              # not measured (no mmproj in the matrix)
         "host_modelled": True,
         "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
@@ -260,6 +260,8 @@ PROFILES = {
         "mtp_fa_beside_embd_bytes": 0.0,
         "logits_ubatch_bytes": 0.0,             # as cpu: logits are n_outputs_max rows
         "draft_compute_base_bytes": 0,
+        # issue 24: none beside the block-drafter law (tests/fixtures/llamacpp/b11434-cuda-h200-block)
+        "draft_block_base_bytes": 0,
         "mmproj_compute_bytes": 256 * MIB,      # not measured (no mmproj in the matrix): a conservative prior
         "host_modelled": True,                  # the CUDA_Host compute buffer follows the cpu host law within 1.5 MiB
         "host_embd_bytes": 8.0,
@@ -1089,7 +1091,7 @@ def _evaluate(c, split, n_ctx_req):
                 comp = _graph_compute(lprof, fa, ub, d_copies, d_embd, d_ff, d_head,
                                       n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
                                       first=di == dslots[0] and not block,
-                                      base_key="draft_compute_base_bytes" if not block else ("draft_block_base_bytes" if "draft_block_base_bytes" in prof else "compute_base_bytes"),
+                                      base_key="draft_block_base_bytes" if block else "draft_compute_base_bytes",
                                       fa_kv_f16=d_fa.get(di, 0), q_width=d_head * int(dm.get("key_length") or 0),
                                       end_bytes=at_end)
             else:
