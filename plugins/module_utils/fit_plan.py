@@ -710,7 +710,7 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
 # H200 (tests/fixtures/llamacpp/b11434-cuda-h200-block, fitting rows: f16 at ubatch 512 and 2048, q8_0 at 2048):
 #   DSpark   2 x 4 x n_vocab + 4 x n_embd bytes per ubatch token (within 1 MiB at 512 and 2048)
 #   DFlash2  1 x 4 x n_vocab + 24 x n_embd bytes per ubatch token (result_norm's 4 + 20 of selector work;
-#            residuals -60..+185 MiB at ubatch 2048, the allocator's placement of the FA intermediates)
+#            residuals -56..+184 MiB at ubatch 2048: f16 KV above q8_0 there by 240 MiB on one copy, not modelled)
 # The graph laws are the ggml allocator's, so every profile uses them; the hip profile's fitted
 # draft_compute_base_bytes and logits_ubatch_bytes stood in for exactly this term and are not added to it.
 BLOCK_DRAFT_LOGITS = {"dspark": 2, "dflash2": 1, "dflash": 1}
