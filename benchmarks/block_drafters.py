@@ -75,7 +75,9 @@ def _tensors(p):
 
 
 def _metadata(w, name, p, vocab):
-    k = lambda s: "dflash." + s  # noqa: E731
+    def k(suffix):
+        return "dflash." + suffix
+
     w.add_name(f"dankfleet-lab {name}")
     w.add_file_type(int(g.TENSOR_TYPES[p["tensor_type"]][1]))
     w.add_uint32(k("context_length"), p["ctx_train"])

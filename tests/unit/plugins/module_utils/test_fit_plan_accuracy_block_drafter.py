@@ -184,8 +184,8 @@ def test_the_block_law_in_every_profile(facts):
     V = facts("qwen35_27b")["vocab_size"]
     for backend in ("cuda", "hip", "cpu"):
         gpus = [dict(g, name="ROCm%d" % i) if backend == "hip" else g for i, g in enumerate(H200)]
-        r = fit_plan.plan(gpus, facts("qwen35_27b"), _serve(backend=backend, draft_device=gpus[1]["name"],
-                                                          ubatch_size=2048), drafter=facts("dspark_r"))
+        serve = _serve(backend=backend, draft_device=gpus[1]["name"], ubatch_size=2048)
+        r = fit_plan.plan(gpus, facts("qwen35_27b"), serve, drafter=facts("dspark_r"))
         dc = r["devices"][1]["draft_detail"]["compute_bytes"]
         prof = fit_plan.PROFILES[backend]
         assert dc >= 2 * 4 * V * 2048, backend
@@ -210,3 +210,15 @@ def test_dflash2_head_overhead_is_measured(facts):
     r = fit_plan.plan(H200, facts("qwen35_27b"), _serve(draft_device="RPC0"), drafter=facts("dflash2_r"))
     assert r["devices"][1]["overhead_bytes"] - r["devices"][0]["overhead_bytes"] == \
         prof["draft_overhead_bytes"] + prof["dflash2_head_overhead_bytes"]
+
+
+@pytest.mark.parametrize("name", ["dflash2_r", "dspark_r"])
+def test_the_generator_reproduces_the_recorded_drafters(tmp_path, name):
+    """benchmarks/block_drafters.py writes, header-only, exactly the drafter the device loaded."""
+    import accuracy_models
+    import block_drafters
+    entry = block_drafters.write(name, tmp_path / ("%s.gguf" % name))
+    again = accuracy_models.dump_header(entry["path"])
+    rec = MODELS[name]["header"]
+    assert again["kv"] == rec["kv"] and again["tensors"] == rec["tensors"] and again["arrays"] == rec["arrays"]
+    assert entry["size"] == MODELS[name]["file_size"]
