@@ -179,7 +179,7 @@ units:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import (
-    TrashError, restore, retire, unit_paths)
+    TrashError, restore, retire, shown, unit_paths)
 
 
 ARGUMENT_SPEC = dict(
@@ -213,12 +213,24 @@ def main():
             result = retire(params['trash_dir'], paths, units=params['units'],
                             check_mode=module.check_mode, comments=params['comments'])
     except TrashError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=shown(str(exc)))
     except (IOError, OSError) as exc:
-        module.fail_json(msg='%s: %s' % (getattr(exc, 'filename', None) or params['trash_dir'], exc))
+        module.fail_json(msg=shown('%s: %s' % (getattr(exc, 'filename', None) or params['trash_dir'], exc)))
+    result = _printable(result)
     for dup in result.get('duplicates') or []:
         module.warn('%s and %s name the same file %s: it moved once' % (dup['same_as'], dup['given'], dup['path']))
     module.exit_json(**result)
+
+
+def _printable(value):
+    """The result with every name that is not UTF-8 spelled with \\xHH escapes (JSON cannot carry raw bytes)."""
+    if isinstance(value, dict):
+        return dict((k, _printable(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    if isinstance(value, str):
+        return shown(value)
+    return value
 
 
 if __name__ == '__main__':

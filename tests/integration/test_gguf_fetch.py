@@ -130,9 +130,10 @@ def test_wrong_bytes_fail_and_part_goes_to_trash(served, tmp_path):
     assert entry["path"] == os.path.join(entry["trash_dir"], part.lstrip("/"))  # trash_files' layout
     assert entry["note"] == entry["manifest"] == os.path.join(entry["trash_dir"], "MANIFEST")
     manifest = open(entry["manifest"]).read()
-    assert manifest.startswith("# dankfleet.llm trash MANIFEST v2\n")
+    assert manifest.startswith("# dankfleet.llm trash MANIFEST v3\n")
     mode = "%04o" % (os.stat(entry["path"]).st_mode & 0o7777)
-    assert "\t%s\t%s\t-\t%s\n" % (mode, hashlib.sha256(moved).hexdigest(), part) in manifest  # mode sha256 link given
+    assert "\t%s\t%s\t-\t%s\t" % (mode, hashlib.sha256(moved).hexdigest(), part) in manifest  # mode sha256 link given
+    assert "\nmoved\t%s\n" % part in manifest                                # the write-ahead log's record
     assert "expected size %d sha256 %s" % (SIZE, served["sha256"]) in manifest
 
 

@@ -227,12 +227,17 @@ def test_user_scope_needs_a_user():
         tf.unit_paths('x.service', 'user', user='no-such-user-dankfleet')
 
 
-def test_paths_that_the_manifest_cannot_hold_are_refused(tmp_path):
-    bad = tmp_path / 'tab\there'
+def test_names_with_tabs_and_newlines_round_trip(tmp_path):
+    """v3 escapes every byte outside printable ASCII: what v2 refused now retires and restores."""
+    bad = tmp_path / 'tab\there\nand\x0bmore'
     bad.write_text('x')
-    with pytest.raises(tf.TrashError, match='tab or newline'):
-        tf.retire(str(tmp_path / 'trash'), [str(bad)])
-    assert bad.exists()
+    trash = str(tmp_path / 'trash')
+    tf.retire(trash, [str(bad)])
+    assert not bad.exists()
+    (row,), _ = tf._read(os.path.join(trash, 'MANIFEST'))
+    assert row['path'] == str(bad) and row['state'] == 'moved'
+    tf.restore(trash)
+    assert bad.read_text() == 'x'
 
 
 def test_relative_paths_and_the_trash_itself_are_refused(tmp_path):
@@ -256,22 +261,24 @@ def test_malformed_manifests_name_the_line(text, match):
 
 
 def test_cross_filesystem_move_copies_verifies_and_unlinks(host, tmp_path, monkeypatch):
-    real_rename = os.rename
+    """EXDEV from every rename into or out of the trash: the copy path moves everything (a real second
+    filesystem is in test_trash_files_wal.py)."""
+    real_rename = tf._rename_noreplace
     calls = []
 
-    def rename(src, dest):
-        if ('/trash/' in src) != ('/trash/' in dest):
-            calls.append(src)
-            raise OSError(18, 'Invalid cross-device link')
-        return real_rename(src, dest)
+    def rename(src_fd, name, dst_fd, dest_name):
+        if os.path.samestat(os.fstat(src_fd), os.fstat(dst_fd)):
+            return real_rename(src_fd, name, dst_fd, dest_name)
+        calls.append(name)
+        raise OSError(18, 'Invalid cross-device link')
 
-    monkeypatch.setattr(tf.os, 'rename', rename)
+    monkeypatch.setattr(tf, '_rename_noreplace', rename)
     before = _snapshot(str(host))
     trash = str(tmp_path / 'trash')
     tf.retire(trash, _paths(host), units=[UNIT])
-    assert calls and _snapshot(str(host)) == {}
+    assert len(calls) == 5 and _snapshot(str(host)) == {}
     tf.restore(trash)
-    assert _snapshot(str(host)) == before
+    assert len(calls) == 10 and _snapshot(str(host)) == before
 
 
 # ----------------------------------------------------------------------------- careless paths (issue 15)
@@ -345,19 +352,6 @@ def test_same_file_under_two_spellings_moves_once_with_a_named_duplicate(tmp_pat
     assert len(r['moves']) == 1
     assert r['duplicates'] == [{'given': str(tmp_path / 'alias' / 'f'), 'same_as': str(tmp_path / 'real' / 'f'),
                                 'path': str(tmp_path / 'real' / 'f')}]
-
-
-def test_a_v1_manifest_still_restores(host, tmp_path):
-    trash = str(tmp_path / 'trash')
-    tf.retire(trash, _paths(host), units=[UNIT])
-    manifest = os.path.join(trash, 'MANIFEST')
-    lines = open(manifest).read().splitlines()
-    v1 = ['# dankfleet.llm trash MANIFEST v1'] + [
-        '\t'.join(line.split('\t')[:7]) if line.startswith(('file\t', 'link\t')) else line for line in lines[1:]]
-    with open(manifest, 'w') as handle:
-        handle.write('\n'.join(v1) + '\n')
-    r = tf.restore(trash)
-    assert r['changed'] and len(r['moves']) == 5
 
 
 @pytest.mark.parametrize('unit', ['../../etc/passwd', 'a/b.service', '.hidden.service', 'x.service/..',
