@@ -470,6 +470,7 @@ def main(argv=None):
         cases = (_gguf_cases(tmp) + _fetch_cases(tmp, base, hashlib.sha256(data).hexdigest())
                  + _trash_cases(tmp) + _plan_cases(tmp))
         cases += __import__("bad_inputs_values").cases(tmp, Case)  # issue 23 item 4: strict values
+        cases += __import__("bad_inputs_trash").cases(tmp, Case)  # issue 23 item 3: trash_files
         if a.only:
             cases = [c for c in cases if a.only in c.name]
         counts = {"refusal": 0, "ok": 0, "crash": 0, "hang": 0, "wrong": 0}

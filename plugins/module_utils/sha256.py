@@ -12,7 +12,6 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import hashlib
-import os
 
 HASH_READ_CHUNK = 1024 * 1024
 
@@ -37,17 +36,3 @@ def hash_file(path, chunk=HASH_READ_CHUNK, limit=None, hasher=None):
 def sha256_file(path):
     """The hex sha256 of a whole file."""
     return hash_file(path)[0].hexdigest()
-
-
-def sha256_fd(fd, chunk=HASH_READ_CHUNK):
-    """The hex sha256 of what an open descriptor reads from its start (for a file opened O_NOFOLLOW at a dir_fd)."""
-    h = hashlib.sha256()
-    buf = bytearray(chunk)
-    mv = memoryview(buf)
-    offset = 0
-    while True:
-        got = os.preadv(fd, [mv], offset)
-        if not got:
-            return h.hexdigest()
-        h.update(mv[:got])
-        offset += got
