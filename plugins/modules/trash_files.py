@@ -16,20 +16,33 @@ description:
     unit configuration directory, the files of its drop-in directory and every C(.wants/), C(.requires/)
     and C(.upholds/) link to it - into O(trash_dir), below its original absolute path.
   - Symlinks move as symlinks, so a unit file that is a link into a repository stays a link. Nothing is
-    deleted; a move across filesystems copies, checks the copy's sha256 and only then unlinks the original.
-  - Writes C(MANIFEST) in O(trash_dir) - tab-separated original path, owner, group, mode, sha256 or link
-    target of every file, the path as it was given, and the state each unit had before (as passed in O(units)).
+    deleted; a move across filesystems copies, fsyncs, checks the copy's sha256 and only then unlinks the
+    original; a failure (a full trash) removes the half copy and leaves the original where it was.
+  - Writes C(MANIFEST) (v3) in O(trash_dir) as a write-ahead log - each file's row (original path, owner,
+    group, mode, sha256 or link target, the path as it was given, the device:inode of its directory) is
+    written and fsynced before the file moves, and a C(moved) (or C(failed)) record after; the state each
+    unit had before (as passed in O(units)) and O(comments) come first. Every byte outside printable ASCII
+    is written C(\xHH), records end at a newline only, so any file name (one that is not UTF-8 included)
+    and any comment round-trip.
+  - Every directory is opened one component at a time, never through a symlink, and a move never replaces
+    an existing entry.
   - Every parent of a given path is resolved the kernel's way (realpath) before anything is decided; the
     last component is left alone, so a symlink moves as a symlink. The MANIFEST records both the path moved
-    and the path given; a MANIFEST v1 (without the given column) still restores.
+    and the path given; a MANIFEST v1 (without the given column) or v2 (written after the moves) still restores.
   - Refuses, before anything moves, a system tree (C(/), C(/etc), C(/usr), C(/home), C(/var), a user's home
     directory, the unit directories ...) or any directory above one, a mount point, a directory with a mount
-    point inside it, a relative O(trash_dir), and a unit name that is not a systemd unit name.
+    point inside it, a relative O(trash_dir), a O(trash_dir) that is a symlink or that another user owns,
+    and a unit name that is not a systemd unit name.
   - Two spellings of one file (a symlinked parent, a bind mount) move it once; the others are reported in
     RV(duplicates) and warned about.
   - With O(state=restored), moves every file of the MANIFEST back to its original path, checks owner, group,
     mode and sha256 (or link target) against the MANIFEST, and renames the MANIFEST to
     C(MANIFEST.restored-<UTC time>).
+  - Before anything moves back, refuses by name a MANIFEST or trash directory that neither root nor the
+    running user owns (or that others can write), a MANIFEST that is a symlink, a target whose parent
+    directory has a symlinked component or is not the directory the file was retired from, and a MANIFEST
+    that accounts for fewer files than the trash directory holds (cut short or edited).
+  - A file whose move the MANIFEST left unconfirmed (a crash, a full trash) is restored from wherever it is.
   - Idempotent both ways; in check mode it reports the moves it would make and changes nothing.
   - Stops no unit and reloads no manager; the role C(dankfleet.llm.runtime_retire) does that around it.
 author:
@@ -90,7 +103,9 @@ options:
     elements: str
     default: []
 notes:
-  - Paths containing a tab or newline are refused, because the MANIFEST could not record them.
+  - In the results, bytes of a name that are not UTF-8 are shown as C(\xHH) (JSON carries text only);
+    the MANIFEST and the files keep the real bytes.
+  - docs/SECURITY-trash.md says who can write where and what each check stops.
 seealso:
   - module: ansible.builtin.systemd_service
 '''
@@ -174,6 +189,13 @@ units:
   returned: when state is restored
   type: list
   elements: dict
+leftovers:
+  description:
+    - Copies in the trash of files whose move never completed (a crash mid-copy) while the original is back
+      in place; kept, never deleted, for a person to look at.
+  returned: when state is restored and there are any
+  type: list
+  elements: str
 '''
 
 from ansible.module_utils.basic import AnsibleModule
