@@ -14,8 +14,7 @@ import pytest
 
 from ansible_collections.dankfleet.llm.plugins.modules import trash_files as module
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
-from ansible_collections.dankfleet.llm.tests.unit.plugins.module_utils.test_trash_files_wal import (
-    NOBODY, needs_root, snapshot, tmpfs)
+from ansible_collections.dankfleet.llm.tests.unit.trash_testlib import NOBODY, needs_root, snapshot, tmpfs
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'collections'))
 
