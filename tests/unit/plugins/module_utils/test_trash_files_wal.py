@@ -99,17 +99,22 @@ def test_a_cross_filesystem_move_restores_byte_identical(tmp_path):
 
 CRASH = textwrap.dedent('''
     import os, sys
-    sys.path.insert(0, sys.argv[1])
     from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
     real, count = tf.move_at, [0]
     def move_then_die(*args, **kwargs):
         real(*args, **kwargs)
         count[0] += 1
-        if count[0] == int(sys.argv[4]):
+        if count[0] == int(sys.argv[3]):
             os._exit(9)          # killed after the move, before its 'moved' record
     tf.move_at = move_then_die
-    tf.retire(sys.argv[2], [sys.argv[3]])
+    tf.retire(sys.argv[1], [sys.argv[2]])
 ''')
+
+
+def crash(trash, src, die_after):
+    """retire(trash, [src]) in a child process killed right after its die_after-th move."""
+    return subprocess.run([sys.executable, '-c', CRASH, trash, src, str(die_after)],
+                          env=dict(os.environ, PYTHONPATH=COLLECTIONS))
 
 
 @pytest.mark.parametrize('die_after', [1, 2])
@@ -117,7 +122,7 @@ def test_a_crash_after_a_move_leaves_it_on_record(tmp_path, die_after):
     src, paths = _payloads(tmp_path, count=3, size=1000)
     before = snapshot(src)
     trash = str(tmp_path / 'trash')
-    proc = subprocess.run([sys.executable, '-c', CRASH, COLLECTIONS, trash, str(src), str(die_after)])
+    proc = crash(trash, str(src), die_after)
     assert proc.returncode == 9
     states = [r['state'] for r in manifest_of(trash)['files']]
     assert states == ['moved'] * (die_after - 1) + ['pending']     # the row was there before the move
@@ -133,7 +138,7 @@ def test_a_retire_after_a_crash_goes_on_where_it_stopped(tmp_path):
     src, paths = _payloads(tmp_path, count=3, size=1000)
     before = snapshot(src)
     trash = str(tmp_path / 'trash')
-    subprocess.run([sys.executable, '-c', CRASH, COLLECTIONS, trash, str(src), '1'])
+    crash(trash, str(src), 1)
     with open(os.path.join(trash, 'MANIFEST'), 'ab') as handle:
         handle.write(b'file\t/torn')
     again = tf.retire(trash, paths)
