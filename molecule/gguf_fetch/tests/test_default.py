@@ -91,7 +91,7 @@ def test_corrupted_drafter_is_in_the_trash_with_its_manifest(state):
     assert moved != src["sha256"]  # the corrupted bytes, kept at their own path below the trash directory
     assert sorted(event["files"]) == [drafter, drafter + ".verified.json"]
     manifest = event["manifest"]
-    assert manifest.startswith("# dankfleet.llm trash MANIFEST v2\n")
+    assert manifest.startswith("# dankfleet.llm trash MANIFEST v3\n")
     rows = dict((cells[1], cells) for cells in (line.split("\t") for line in manifest.splitlines())
                 if cells[0] == "file")
     assert rows[drafter][2:6] == ["llama", "llama", "0644", moved]  # what restore puts back and checks
