@@ -164,6 +164,16 @@ BROKEN = {
 }
 
 
+def test_the_cached_broken_projector_is_write_broken_projectors_default(models, tmp_path):
+    """generate() puts one broken projector beside the good one (the lab's model mirror serves it):
+    the bytes of write_broken_projector's default defect, a tensor of the wrong shape."""
+    cached = models["mmproj-qwen35-broken"]
+    fresh = gen_models.write_broken_projector(tmp_path / "b.gguf")
+    assert (cached["defect"], cached["sha256"], cached["size"]) == ("tensor_shape", fresh["sha256"], fresh["size"])
+    shapes = {t.name: [int(n) for n in t.shape] for t in gguf.GGUFReader(cached["path"]).tensors}
+    assert shapes["mm.0.weight"] == [64, 128]   # the merger's 4 x 32 inputs cut to 2 x 32
+
+
 @pytest.mark.parametrize("defect", sorted(gen_models.PROJECTOR_DEFECTS))
 def test_a_broken_projector_never_serves(llama_server, models, tmp_path, defect):
     broken = gen_models.write_broken_projector(tmp_path / f"broken-{defect}.gguf", defect)

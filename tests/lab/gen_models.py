@@ -767,6 +767,11 @@ PROJECTOR_DEFECTS = {
 }
 
 
+# Broken projectors generate() writes beside the good one (name: (projector, defect)), so a deploy can
+# fetch one from the lab's model mirror with a pinned size and sha256 like any payload file.
+BROKEN_PROJECTORS = {"mmproj-qwen35-broken": ("mmproj-qwen35", "tensor_shape")}
+
+
 def resolve_projector_params(name: str, scale: str = "small", **overrides) -> dict:
     if name not in PROJECTORS:
         raise ValueError(f"unknown projector {name!r}; choose one of {', '.join(PROJECTOR_NAMES)}")
@@ -939,15 +944,16 @@ def _locked(out: Path):
 
 def generate(out, names=None, scale: str = "small", log=None) -> dict:
     """Write the named models and projectors (default: every model of the scale, and at the small and
-    medium scales every projector too) into out; reuse files whose recipe and sha256 match
-    out/MANIFEST.json. Returns the manifest of the named entries; MANIFEST.json keeps entries not
+    medium scales every projector and broken projector too) into out; reuse files whose recipe and
+    sha256 match out/MANIFEST.json. Returns the manifest of the named entries; MANIFEST.json keeps entries not
     regenerated this time. A projector's entry has role "mmproj" (no vocabulary, architecture clip)."""
     out = Path(out)
     names = list(names or [n for n in MODEL_NAMES if n in RECIPES[scale]]
-                 + (PROJECTOR_NAMES if scale in ("small", "medium") else []))
-    bad = [n for n in names if n not in KIND_KEYS and n not in PROJECTORS]
+                 + (PROJECTOR_NAMES + list(BROKEN_PROJECTORS) if scale in ("small", "medium") else []))
+    known = MODEL_NAMES + PROJECTOR_NAMES + list(BROKEN_PROJECTORS)
+    bad = [n for n in names if n not in known]
     if bad:
-        raise ValueError(f"unknown model name(s) {', '.join(bad)}; choose from {', '.join(MODEL_NAMES + PROJECTOR_NAMES)}")
+        raise ValueError(f"unknown model name(s) {', '.join(bad)}; choose from {', '.join(known)}")
     with _locked(out):
         manifest_path = out / "MANIFEST.json"
         try:
@@ -957,9 +963,10 @@ def generate(out, names=None, scale: str = "small", log=None) -> dict:
         result = {}
         for name in names:
             path = out / f"{name}.gguf"
-            if name in PROJECTORS:
-                params = resolve_projector_params(name, scale)
-                want = projector_recipe_sha256(name, params)
+            base, defect = BROKEN_PROJECTORS.get(name, (name, None))
+            if base in PROJECTORS:
+                params = resolve_projector_params(base, scale)
+                want = projector_recipe_sha256(base, params, defect)
             else:
                 params = resolve_params(name, scale)
                 want = recipe_sha256(name, params)
@@ -970,7 +977,10 @@ def generate(out, names=None, scale: str = "small", log=None) -> dict:
                 if log:
                     log(f"{name}: up to date ({prev['sha256'][:12]})")
                 continue
-            result[name] = write_projector(name, path, scale) if name in PROJECTORS else write_model(name, path, scale)
+            if base in PROJECTORS:
+                result[name] = write_projector(base, path, scale, defect=defect)
+            else:
+                result[name] = write_model(name, path, scale)
             if log:
                 log(f"{name}: wrote {result[name]['size']} B ({result[name]['sha256'][:12]})")
         merged = dict(old)
@@ -984,7 +994,7 @@ def generate(out, names=None, scale: str = "small", log=None) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory to write the models and MANIFEST.json into")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=MODEL_NAMES + PROJECTOR_NAMES,
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=MODEL_NAMES + PROJECTOR_NAMES + list(BROKEN_PROJECTORS),
                     help="generate only these models / projectors")
     ap.add_argument("--scale", choices=sorted(RECIPES), default="small",
                     help="small: 0.1-1.2 MB each, for CI; medium: 40-650 MB each, for planner accuracy runs; "
