@@ -202,7 +202,11 @@ PROFILES = {
         "logits_ubatch_bytes": 0.0,             # logits are n_outputs_max rows (n_vocab 32768 x 65536 x 128000 alike)
         "draft_compute_base_bytes": 0,
         "draft_block_base_bytes": 0,            # as compute_base_bytes: no fixed part
-        "mmproj_compute_bytes": 0,              # not measured (no mmproj in the matrix)
+        # b11434's own worst case for the lab projector (tests/lab/gen_models.py mmproj-qwen35, measured with
+        # llama-server -lv 4: "estimated worst-case memory usage of mmproj is 38.54 MiB", 0.18 MiB of it
+        # weights): the qwen3vl warm-up image of 46x46 merged tokens. The RSS grows by 7 MiB at load and
+        # 17 MiB after 160x160 images; the reservation is what a largest image touches
+        "mmproj_compute_bytes": 38 * MIB,
         "host_modelled": True,
         "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
         "host_split_embd_bytes": 8.0,

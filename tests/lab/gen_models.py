@@ -724,6 +724,216 @@ def write_model(kind: str, path, scale: str = "small", header_only: bool = False
     return entry
 
 
+# ---------------------------------------------------------------------------------------
+# Projectors (mmproj): the vision half of a Qwen-VL model, in miniature, for `--mmproj`.
+# ---------------------------------------------------------------------------------------
+# b11434's tools/mtmd (clip.cpp load_hparams/load_tensors, models/qwen3vl.cpp, mtmd.cpp) decides
+# what loads. The projector type is the deployed one (tests/fixtures/mmproj_bf16.json:
+# clip.projector_type qwen3vl_merger): a ViT over 2x2-merged 16-pixel patches, two patch convolutions
+# (the temporal pair), learned position embeddings resized to the image, M-RoPE attention, then the
+# merger MLP mm.0 -> GELU -> mm.2 whose output width must equal the text model's n_embd (mtmd refuses
+# "mismatch between text model (n_embd = ..) and mmproj" otherwise). No deepstack layers: each would
+# add a projection_dim slice that a qwen35 text model (n_embd_inp == n_embd) has no room for.
+
+PROJECTOR_TYPE = "qwen3vl_merger"
+PROJECTOR_KEYS = {"n_layer", "n_embd", "n_ff", "n_head", "patch_size", "image_size", "spatial_merge_size",
+                  "layer_norm_eps", "projection_dim", "seed"}
+PROJECTORS = {
+    # name: the text model it projects into (its n_embd is the projection_dim)
+    "mmproj-qwen35": {"projects_for": "qwen35-mtp"},
+}
+PROJECTOR_NAMES = list(PROJECTORS)
+PROJECTOR_RECIPES = {
+    # 2 layers of width 32 (2 heads of 16: M-RoPE needs head_dim % 8 == 0), image_size 128 -> an 8x8
+    # position grid; ~60 KB, written in milliseconds
+    "small": {"n_layer": 2, "n_embd": 32, "n_ff": 64, "n_head": 2, "patch_size": 16, "image_size": 128,
+              "spatial_merge_size": 2, "layer_norm_eps": 1e-6},
+    "medium": {"n_layer": 4, "n_embd": 256, "n_ff": 1024, "n_head": 4, "patch_size": 16, "image_size": 384,
+               "spatial_merge_size": 2, "layer_norm_eps": 1e-6},
+    # the deployed encoder's width and grid (1152 wide, 768 px in 16 px patches); 27 layers x 4304 FFN as in Qwen3-VL
+    "real": {"n_layer": 27, "n_embd": 1152, "n_ff": 4304, "n_head": 16, "patch_size": 16, "image_size": 768,
+             "spatial_merge_size": 2, "layer_norm_eps": 1e-6},
+}
+# Ways a projector can be wrong (write_broken_projector): each is refused by b11434 when llama-server
+# starts with --mmproj, so the unit never serves. Names are what the molecule case and the tests use.
+PROJECTOR_DEFECTS = {
+    # mm.0.weight one merge group too narrow: the graph's mul_mat shapes disagree and ggml aborts while
+    # the server reserves the vision graph at startup (GGML_ASSERT ggml_can_mul_mat, SIGABRT)
+    "tensor_shape": "mm.0.weight takes 2*n_embd inputs instead of the merger's 4*n_embd",
+    # a projector for another text model: mtmd refuses with "mismatch between text model (n_embd = ..)"
+    "projection_dim": "mm.2 projects to half the text model's n_embd",
+    # a truncated conversion: clip refuses with "unable to find tensor mm.2.bias"
+    "missing_tensor": "mm.2.bias is not in the file",
+}
+
+
+# Broken projectors generate() writes beside the good one (name: (projector, defect)), so a deploy can
+# fetch one from the lab's model mirror with a pinned size and sha256 like any payload file.
+BROKEN_PROJECTORS = {"mmproj-qwen35-broken": ("mmproj-qwen35", "tensor_shape")}
+
+
+def resolve_projector_params(name: str, scale: str = "small", **overrides) -> dict:
+    if name not in PROJECTORS:
+        raise ValueError(f"unknown projector {name!r}; choose one of {', '.join(PROJECTOR_NAMES)}")
+    if scale not in PROJECTOR_RECIPES:
+        raise ValueError(f"unknown scale {scale!r} for a projector; choose {', '.join(PROJECTOR_RECIPES)}")
+    unknown = sorted(set(overrides) - PROJECTOR_KEYS)
+    if unknown:
+        raise ValueError(f"{name}: unknown override(s) {', '.join(unknown)}; allowed: {', '.join(sorted(PROJECTOR_KEYS))}")
+    target = PROJECTORS[name]["projects_for"]
+    p = {"seed": DEFAULT_SEED, "projection_dim": resolve_params(target, scale)["n_embd"]}
+    p.update(PROJECTOR_RECIPES[scale])
+    p.update(overrides)
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ValueError(f"{name}: {msg}")
+
+    for key in ("n_layer", "n_embd", "n_ff", "n_head", "patch_size", "image_size", "spatial_merge_size",
+                "projection_dim"):
+        need(isinstance(p[key], int) and p[key] > 0, f"{key} must be a positive int, got {p[key]!r}")
+    need(p["n_embd"] % p["n_head"] == 0, f"n_embd ({p['n_embd']}) must be a multiple of n_head ({p['n_head']})")
+    need((p["n_embd"] // p["n_head"]) % 8 == 0,
+         f"head_dim n_embd/n_head ({p['n_embd'] // p['n_head']}) must be a multiple of 8: qwen3vl's M-RoPE "
+         "rotates half of it in 4 equal sections of pairs")
+    need(p["spatial_merge_size"] == 2, "b11434's qwen3vl graph merges 2x2 patches (spatial_merge_size 2)")
+    need(p["image_size"] % (p["patch_size"] * p["spatial_merge_size"]) == 0,
+         f"image_size ({p['image_size']}) must be a multiple of patch_size*spatial_merge_size "
+         f"({p['patch_size'] * p['spatial_merge_size']})")
+    return p
+
+
+def projector_recipe_sha256(name: str, params: dict, defect: str | None = None) -> str:
+    return hashlib.sha256(json.dumps(dict(recipe_of(name, params), defect=defect), sort_keys=True).encode()).hexdigest()
+
+
+def _projector_tensors(p: dict, defect: str | None = None) -> list:
+    """clip.cpp load_tensors for PROJECTOR_TYPE_QWEN3VL, prefix "v": (name, ggml shape, role)."""
+    e, ff, ps, d = p["n_embd"], p["n_ff"], p["patch_size"], p["projection_dim"]
+    merged = e * p["spatial_merge_size"] ** 2
+    n_pos = (p["image_size"] // ps) ** 2
+    t = [("v.patch_embd.weight", [ps, ps, 3, e], "matrix"),      # conv2d kernel [KW, KH, C_in, C_out]
+         ("v.patch_embd.weight.1", [ps, ps, 3, e], "matrix"),    # the temporal pair's second frame
+         ("v.patch_embd.bias", [e], "zeros"),
+         ("v.position_embd.weight", [e, n_pos], "pos")]
+    for i in range(p["n_layer"]):
+        b = f"v.blk.{i}."
+        t += [(b + "ln1.weight", [e], "ones"), (b + "ln1.bias", [e], "zeros"),
+              _mat(b + "attn_qkv.weight", e, 3 * e), (b + "attn_qkv.bias", [3 * e], "zeros"),
+              _mat(b + "attn_out.weight", e, e), (b + "attn_out.bias", [e], "zeros"),
+              (b + "ln2.weight", [e], "ones"), (b + "ln2.bias", [e], "zeros"),
+              _mat(b + "ffn_up.weight", e, ff), (b + "ffn_up.bias", [ff], "zeros"),
+              _mat(b + "ffn_down.weight", ff, e), (b + "ffn_down.bias", [e], "zeros")]
+    t += [("v.post_ln.weight", [e], "ones"), ("v.post_ln.bias", [e], "zeros"),
+          _mat("mm.0.weight", merged // 2 if defect == "tensor_shape" else merged, merged),
+          ("mm.0.bias", [merged], "zeros"),
+          _mat("mm.2.weight", merged, d // 2 if defect == "projection_dim" else d)]
+    if defect != "missing_tensor":
+        t += [("mm.2.bias", [d // 2 if defect == "projection_dim" else d], "zeros")]
+    return t
+
+
+def _projector_values(seed: int, name: str, tname: str, shape: list[int], role: str) -> np.ndarray:
+    if role == "zeros":
+        return np.zeros(tuple(reversed(shape)), dtype=np.float32)
+    if role == "pos":  # learned position embeddings: small, seeded
+        rs = np.random.RandomState(_tensor_seed(seed, name, tname))
+        return ((2.0 * rs.random_sample(tuple(reversed(shape))) - 1.0) * 0.02).astype(np.float32)
+    if role == "matrix" and len(shape) == 4:  # conv kernel: fan-in is KW*KH*C_in
+        rs = np.random.RandomState(_tensor_seed(seed, name, tname))
+        bound = 0.5 / math.sqrt(shape[0] * shape[1] * shape[2])
+        return ((2.0 * rs.random_sample(tuple(reversed(shape))) - 1.0) * bound).astype(np.float32)
+    return _values(seed, name, tname, shape, role)
+
+
+def write_projector(name: str, path, scale: str = "small", defect: str | None = None, **overrides) -> dict:
+    """Write one mmproj GGUF (atomically) and return its manifest entry.
+
+    Random weights: it encodes an image into projection_dim-wide embeddings that b11434's mtmd feeds
+    the text model (so a prompt with an image carries more tokens than without), it describes nothing.
+    Matrices and conv kernels are f16 (the deployed file is bf16; b11434's CPU conv path takes f16),
+    norms, biases and position embeddings f32. defect: one of PROJECTOR_DEFECTS (write_broken_projector).
+    """
+    if defect is not None and defect not in PROJECTOR_DEFECTS:
+        raise ValueError(f"unknown projector defect {defect!r}; choose one of {', '.join(PROJECTOR_DEFECTS)}")
+    params = resolve_projector_params(name, scale, **overrides)
+    path = Path(path)
+    tensors = _projector_tensors(params, defect)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    os.close(fd)
+    stored_types = {}
+    try:
+        w = GGUFWriter(tmp, "clip")
+        w.add_name(f"dankfleet-lab {name}" + (f" (broken: {defect})" if defect else ""))
+        w.add_string("general.description",
+                     f"dankfleet lab projector '{name}' ({PROJECTOR_TYPE}) for {PROJECTORS[name]['projects_for']}: "
+                     f"random weights, seed {params['seed']}; generated by tests/lab/gen_models.py"
+                     + (f"; DELIBERATELY BROKEN: {PROJECTOR_DEFECTS[defect]}" if defect else ""))
+        w.add_file_type(int(LlamaFileType.MOSTLY_F16))
+        w.add_string("clip.projector_type", PROJECTOR_TYPE)
+        w.add_bool("clip.has_vision_encoder", True)
+        w.add_bool("clip.has_audio_encoder", False)
+        w.add_bool("clip.use_gelu", True)
+        w.add_uint32("clip.vision.embedding_length", params["n_embd"])
+        w.add_uint32("clip.vision.feed_forward_length", params["n_ff"])
+        w.add_uint32("clip.vision.block_count", params["n_layer"])
+        w.add_uint32("clip.vision.attention.head_count", params["n_head"])
+        w.add_float32("clip.vision.attention.layer_norm_epsilon", params["layer_norm_eps"])
+        w.add_uint32("clip.vision.projection_dim", params["projection_dim"])
+        w.add_uint32("clip.vision.image_size", params["image_size"])
+        w.add_uint32("clip.vision.patch_size", params["patch_size"])
+        w.add_uint32("clip.vision.spatial_merge_size", params["spatial_merge_size"])
+        w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+        w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+        for tname, shape, role in tensors:
+            values = _projector_values(params["seed"], name, tname, shape, role)
+            data = values.astype(np.float16) if role == "matrix" else values
+            stored = "F16" if role == "matrix" else "F32"
+            stored_types[stored] = stored_types.get(stored, 0) + 1
+            w.add_tensor(tname, data)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return {
+        "path": str(path),
+        "size": path.stat().st_size,
+        "sha256": file_sha256(path),
+        "architecture": "clip",
+        "kind": name,
+        "role": "mmproj",
+        "projects_for": PROJECTORS[name]["projects_for"],
+        "projector_type": PROJECTOR_TYPE,
+        "projection_dim": params["projection_dim"],
+        "image_size": params["image_size"],
+        "patch_size": params["patch_size"],
+        "defect": defect,
+        "scale": scale,
+        "seed": params["seed"],
+        "stored_types": stored_types,
+        "n_tensors": len(tensors),
+        "params": params,
+        "recipe_sha256": projector_recipe_sha256(name, params, defect),
+    }
+
+
+def write_broken_projector(path, defect: str = "tensor_shape", name: str = "mmproj-qwen35",
+                           scale: str = "small", **overrides) -> dict:
+    """A projector b11434's llama-server refuses at startup with --mmproj (see PROJECTOR_DEFECTS);
+    the default, a tensor of the wrong shape, aborts while the vision graph is reserved. Deterministic
+    like the rest: same defect, same bytes."""
+    if defect not in PROJECTOR_DEFECTS:
+        raise ValueError(f"unknown projector defect {defect!r}; choose one of {', '.join(PROJECTOR_DEFECTS)}")
+    return write_projector(name, path, scale, defect=defect, **overrides)
+
+
 @contextlib.contextmanager
 def _locked(out: Path):
     out.mkdir(parents=True, exist_ok=True)
@@ -733,14 +943,17 @@ def _locked(out: Path):
 
 
 def generate(out, names=None, scale: str = "small", log=None) -> dict:
-    """Write the named models (default: all) into out; reuse files whose recipe and sha256
-    match out/MANIFEST.json. Returns the manifest of the named models; MANIFEST.json keeps
-    entries of models not regenerated this time."""
+    """Write the named models and projectors (default: every model of the scale, and at the small and
+    medium scales every projector and broken projector too) into out; reuse files whose recipe and
+    sha256 match out/MANIFEST.json. Returns the manifest of the named entries; MANIFEST.json keeps entries not
+    regenerated this time. A projector's entry has role "mmproj" (no vocabulary, architecture clip)."""
     out = Path(out)
-    names = list(names or [n for n in MODEL_NAMES if n in RECIPES[scale]])
-    bad = [n for n in names if n not in KIND_KEYS]
+    names = list(names or [n for n in MODEL_NAMES if n in RECIPES[scale]]
+                 + (PROJECTOR_NAMES + list(BROKEN_PROJECTORS) if scale in ("small", "medium") else []))
+    known = MODEL_NAMES + PROJECTOR_NAMES + list(BROKEN_PROJECTORS)
+    bad = [n for n in names if n not in known]
     if bad:
-        raise ValueError(f"unknown model name(s) {', '.join(bad)}; choose from {', '.join(MODEL_NAMES)}")
+        raise ValueError(f"unknown model name(s) {', '.join(bad)}; choose from {', '.join(known)}")
     with _locked(out):
         manifest_path = out / "MANIFEST.json"
         try:
@@ -749,16 +962,25 @@ def generate(out, names=None, scale: str = "small", log=None) -> dict:
             old = {}
         result = {}
         for name in names:
-            params = resolve_params(name, scale)
             path = out / f"{name}.gguf"
+            base, defect = BROKEN_PROJECTORS.get(name, (name, None))
+            if base in PROJECTORS:
+                params = resolve_projector_params(base, scale)
+                want = projector_recipe_sha256(base, params, defect)
+            else:
+                params = resolve_params(name, scale)
+                want = recipe_sha256(name, params)
             prev = old.get(name)
-            if (prev and prev.get("recipe_sha256") == recipe_sha256(name, params) and path.is_file()
+            if (prev and prev.get("recipe_sha256") == want and path.is_file()
                     and prev.get("path") == str(path) and file_sha256(path) == prev.get("sha256")):
                 result[name] = prev
                 if log:
                     log(f"{name}: up to date ({prev['sha256'][:12]})")
                 continue
-            result[name] = write_model(name, path, scale)
+            if base in PROJECTORS:
+                result[name] = write_projector(base, path, scale, defect=defect)
+            else:
+                result[name] = write_model(name, path, scale)
             if log:
                 log(f"{name}: wrote {result[name]['size']} B ({result[name]['sha256'][:12]})")
         merged = dict(old)
@@ -772,7 +994,8 @@ def generate(out, names=None, scale: str = "small", log=None) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory to write the models and MANIFEST.json into")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=MODEL_NAMES, help="generate only these models")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=MODEL_NAMES + PROJECTOR_NAMES + list(BROKEN_PROJECTORS),
+                    help="generate only these models / projectors")
     ap.add_argument("--scale", choices=sorted(RECIPES), default="small",
                     help="small: 0.1-1.2 MB each, for CI; medium: 40-650 MB each, for planner accuracy runs; "
                          "real: the deployed 27B shape (qwen35 only), ~27 GiB at q8_0 with fill=tile")
