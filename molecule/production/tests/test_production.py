@@ -191,6 +191,18 @@ def test_readme_production_commands_run_as_written(host):
         assert "Fit table" in run.stdout and "<- chosen" in run.stdout, run.stdout[-3000:]
 
 
+def test_the_readme_byte_proof_command_rehashes_and_changes_nothing(host):
+    """The troubleshooting table's byte-proof command, as written: every payload file re-hashed, nothing changed."""
+    section = (REPO / "README.md").read_text().split("### Troubleshooting", 1)[1].split("\n#", 1)[0]
+    (command,) = re.findall(r"`(ansible-playbook [^`]*gguf_fetch_verify=full)`", section)
+    before = snapshot(host)
+    run = run_readme(command)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert run.stdout.count(": verified, by sha256") >= 3 and ": mismatch" not in run.stdout, run.stdout[-3000:]
+    assert re.search(r"changed=0 ", run.stdout), run.stdout[-3000:]
+    assert snapshot(host) == before
+
+
 def test_other_shapes_are_planned_and_checked(host):
     # mtp: the README's `--tags fetch,plan -e frank_medium_shape=mtp` above
     for shape in ("dspark",):
