@@ -28,7 +28,7 @@ description:
     task fails.
   - A present O(dest) whose size differs from O(size) but equals the size the
     server reports for O(url) is refused before anything moves, naming both
-    numbers and the fix: the declared size is the wrong one (the runbook's
+    numbers and the fix, because the declared size is the wrong one (the runbook's
     DSpark incident, a size recorded from a local file 96 MB short of the Hub's).
   - Each move gets a directory of its own, C(<trash_dir>/<UTC time>-<file>/),
     in M(dankfleet.llm.trash_files)' format - the file (with its stamp) at its
