@@ -158,25 +158,28 @@ def journal_cmd(journalctl, identifier, cursor=None, since_usec=0):
 
 
 def read_journal(journalctl, identifier, state):
-    """Count what came after the cursor. True when journalctl answered."""
+    """Count what came after the cursor, streamed (a first run reads the whole journal). True when journalctl answered.
+
+    A line is counted as it is read and the cursor moves with it, so a journalctl that fails half way leaves
+    counts and cursor in step."""
     for attempt in ('cursor', 'since'):
         if attempt == 'since' and not state['cursor']:
             break
+        since = state['realtime_usec'] if attempt == 'since' else None
         cmd = (journal_cmd(journalctl, identifier, cursor=state['cursor']) if attempt == 'cursor'
-               else journal_cmd(journalctl, identifier, since_usec=state['realtime_usec']))
+               else journal_cmd(journalctl, identifier, since_usec=since))
         try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                                  timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                    errors='replace')
+        except OSError as exc:
             sys.stderr.write('llm_watch: %s did not answer: %s\n' % (journalctl, exc))
             return False
+        with proc:
+            count((e for e in parse_lines(proc.stdout) if since is None or _usec(e) > since), state, identifier)
+            err = proc.stderr.read()
         if proc.returncode == 0:
-            since = state['realtime_usec'] if attempt == 'since' else None
-            entries = [e for e in parse_lines(proc.stdout.splitlines())
-                       if since is None or _usec(e) > since]
-            count(entries, state, identifier)
             return True
-        sys.stderr.write('llm_watch: %s failed (%d): %s\n' % (' '.join(cmd), proc.returncode, proc.stderr.strip()))
+        sys.stderr.write('llm_watch: %s failed (%d): %s\n' % (' '.join(cmd), proc.returncode, err.strip()))
     return False
 
 
