@@ -24,6 +24,7 @@ container without a kernel ring - and remembers its sha256 so a second import ad
 Python 3 standard library only: it runs on the endpoint host from a systemd timer.
 """
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -271,6 +272,9 @@ def main(argv=None):
     parser.add_argument('--systemctl', default='systemctl')
     args = parser.parse_args(argv)
     try:
+        # one run at a time on a state file (the timer's and a manual --import): no update is lost
+        lock = open(args.state + '.lock', 'a')
+        fcntl.flock(lock, fcntl.LOCK_EX)
         state = load_state(args.state)
         up = read_journal(args.journalctl, args.identifier, state)
         for path in args.imports:
