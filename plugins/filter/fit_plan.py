@@ -141,7 +141,8 @@ options:
         type: int
   drafter:
     description: The draft model's facts (M(dankfleet.llm.gguf_info)), for C(draft-dflash), C(draft-dspark),
-      C(draft-simple) or C(draft-eagle3).
+      C(draft-simple) or C(draft-eagle3). Given with a spec type that loads none, it is planned as present and
+      unused (RV(drafter_unused)) and charged nothing.
     type: dict
   mmproj:
     description: The mmproj's facts (M(dankfleet.llm.gguf_info) of the projector GGUF).
@@ -220,6 +221,11 @@ _value:
       description: Caveats, for example a slot context beyond the trained window (the rope caveat).
       type: list
       elements: str
+    drafter_unused:
+      description:
+        - Why the O(drafter) given is present and unused (C(serve.spec_type) loads no draft model, for example
+          C(draft-mtp) with the DFlash2 sidecar kept on disk); nothing is charged for it. C(null) when it is used or none was given.
+      type: str
     errors:
       description: Why the plan does not fit or is not allowed; each names the field and the fix.
       type: list

@@ -846,10 +846,9 @@ def _spec_errors(c):
     if c.model_draft and c.drafter is None:
         errs.append("serve.spec_type %s needs a drafter model: pass drafter=<gguf_info of the draft GGUF>"
                     % ",".join(c.model_draft))
-    if c.drafter is not None and not c.model_draft:
-        errs.append("a drafter (%s) was given but serve.spec_type %s uses none (only %s load --spec-draft-model); "
-                    "drop the drafter or add its spec type"
-                    % (c.drafter.get("path") or c.drafter.get("architecture"), types or "[]", ", ".join(MODEL_DRAFT_TYPES)))
+    # A drafter the spec type does not load is no error: the runbook keeps the DFlash2 sidecar on disk under
+    # MTP so that switching back is one change. It is planned as present and unused (nothing charged: every
+    # drafter charge below is gated on c.model_draft) and reported in the result's drafter_unused.
     if c.drafter is not None and c.model_draft:
         d = c.drafter.get("drafter") or {}
         bs = c.drafter.get("block_size") or d.get("block_size")
@@ -863,6 +862,16 @@ def _spec_errors(c):
     if c.model_draft and s["spec_draft_n_max"] < 1:
         errs.append("serve.spec_draft_n_max must be >= 1 with a model-backed drafter")
     return errs
+
+
+def _drafter_unused(c):
+    """Why a given drafter is present and unused (None when it is used or none was given): nothing is charged."""
+    if c.drafter is None or c.model_draft:
+        return None
+    return ("drafter %s is present and unused: serve.spec_type %s loads no draft model (only %s take "
+            "--spec-draft-model); nothing is charged for it - switching back to it is one change of spec_type"
+            % (c.drafter.get("path") or c.drafter.get("architecture"), ",".join(c.s["spec_type"]) or "[]",
+               ", ".join(MODEL_DRAFT_TYPES)))
 
 
 def _draft_placement(c, split):
@@ -1646,6 +1655,9 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
             warnings.append("drafter has no sliding window: its draft context is sized from the target's n_ctx "
                             "(common/speculative.cpp), so it caches the whole %d-token window (%s GiB of draft KV)"
                             % (n_ctx_seq, _gib(sum((r.get("draft_detail") or {}).get("kv_bytes", 0) for r in best["devices"]))))
+    drafter_unused = _drafter_unused(c)
+    if drafter_unused:
+        warnings.append(drafter_unused)
     cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings)
     if errors:
         fits = False
@@ -1677,4 +1689,5 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
         "profile": {"backend": s["backend"], "source": c.prof["source"]},
         "layer_devices": best["slots"][:-1],
         "output_device": best["slots"][-1],
+        "drafter_unused": drafter_unused,
     }

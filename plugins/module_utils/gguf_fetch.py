@@ -591,6 +591,37 @@ class Fetcher:
             self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url)
         return "verified"
 
+    def _refuse_a_wrong_declared_size(self, present):
+        """The runbook's DSpark incident: a size recorded from a local file became the declared one, 96 MB short
+        of the Hub's, and the byte-correct file failed verification. When the file on disk has the size the
+        server reports and the manifest declares another, the manifest is wrong: refuse before anything moves."""
+        if present.get("found_size") in (None, self.size):
+            return
+        server = self._server_size()
+        self.result["server_size"] = server
+        if server is None or server != present["found_size"]:
+            return
+        raise FetchError(
+            "the manifest declares %d bytes for %s but the server reports %d, and the file on disk is %d bytes - "
+            "the server's size: the declared size is wrong (a size recorded from a local file, not the Hub's; "
+            "%+d bytes). Fix the manifest's size to %d (the Hub's), keep its sha256 the Hub's LFS oid, and run "
+            "again; the file is then verified by its sha256. Nothing was moved or downloaded"
+            % (self.size, self.dest, server, present["found_size"], self.size - server, server))
+
+    def _server_size(self):
+        """The size the server reports for the url (a GET whose body is not read), or None when it cannot say."""
+        try:
+            resp = self._request(build_opener(self.token, self.validate_certs), 0)
+        except (FetchError, _Retryable):
+            return None
+        try:
+            code = resp.getcode() if hasattr(resp, "getcode") else resp.code
+            return parse_content_length(resp.headers.get("Content-Length"), self.url) if code == 200 else None
+        except FetchError:
+            return None
+        finally:
+            resp.close()
+
     # -- HTTP ------------------------------------------------------------
     def _request(self, opener, offset):
         req = urllib.request.Request(self.url, method="GET")
@@ -862,6 +893,7 @@ class Fetcher:
             return r
         if isinstance(present, dict):
             r["mismatch"] = present
+            self._refuse_a_wrong_declared_size(present)
         part_len = os.path.getsize(self.part) if os.path.exists(self.part) else 0
         part_too_long = part_len > self.size
 

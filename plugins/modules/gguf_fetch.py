@@ -26,6 +26,10 @@ description:
     moved into O(trash_dir), never deleted, and then downloaded again. A
     complete C(.part) that does not match is moved to the trash too and the
     task fails.
+  - A present O(dest) whose size differs from O(size) but equals the size the
+    server reports for O(url) is refused before anything moves, naming both
+    numbers and the fix, because the declared size is the wrong one (the runbook's
+    DSpark incident, a size recorded from a local file 96 MB short of the Hub's).
   - Each move gets a directory of its own, C(<trash_dir>/<UTC time>-<file>/),
     in M(dankfleet.llm.trash_files)' format - the file (with its stamp) at its
     absolute path below it and a C(MANIFEST) of owner, group, mode and sha256

@@ -343,6 +343,35 @@ def test_short_present_file_is_a_size_mismatch_without_hashing(served, tmp_path)
     assert r["mismatch"]["reason"] == "size mismatch: expected %d bytes, found %d" % (SIZE, SIZE - 96)
 
 
+# -- the DSpark incident: the declared size is the wrong one --------------------------------------
+
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("declared", [SIZE - 96, SIZE - 96_091_839 // 1000, SIZE + 1, 1])
+def test_a_wrong_declared_size_is_refused_when_the_file_matches_the_server(served, tmp_path, declared, check_mode):
+    """000_: the DSpark file's size was recorded at fetch time, 96 MB short of the Hub's, and became the declared
+    one, so a byte-correct file failed. A file on disk of exactly the server's size against another declared size
+    is refused naming both numbers and the fix - before anything moves (the file stays, nothing in the trash)."""
+    dest = tmp_path / "m.gguf"
+    dest.write_bytes(served["data"])
+    before = listing(tmp_path)
+    with pytest.raises(FetchError) as e:
+        run(served, dest, size=declared, trash_dir=str(tmp_path / "trash"), check_mode=check_mode)
+    msg = e.value.msg
+    assert "declares %d bytes" % declared in msg and "server reports %d" % SIZE in msg
+    assert "Fix the manifest's size to %d" % SIZE in msg and "Nothing was moved" in msg
+    assert listing(tmp_path) == before and dest.read_bytes() == served["data"]
+
+
+def test_a_short_file_against_the_servers_size_is_still_trashed_and_refetched(served, tmp_path):
+    """The refusal is for a declared size that disagrees with the server: a truncated file (disk != server,
+    declared == server) goes to the trash and is fetched again, as before."""
+    dest = tmp_path / "m.gguf"
+    dest.write_bytes(served["data"][:SIZE - 96])
+    r = run(served, dest, trash_dir=str(tmp_path / "trash"))
+    assert r["status"] == "downloaded" and len(r["trashed"]) == 1
+    assert_verified_on_disk(served, dest)
+
+
 # -- disk preflight on a real small filesystem -----------------------------
 
 @pytest.fixture

@@ -203,3 +203,105 @@ def test_the_dashboard_has_the_plan_vs_actual_panel(rendered):
     exprs = [t["expr"] for t in panel["targets"]]
     assert 'llm_actual_device_bytes{job="node"}' in exprs and panel["fieldConfig"]["defaults"]["unit"] == "bytes"
     assert [t["legendFormat"] for t in panel["targets"]][:2] == ["{{device}} planned", "{{device}} actual"]
+
+
+# ---- the journal watch's alerts over the textfile the watch itself writes ---------------------------------
+WATCH_SCRIPT = REPO / "roles" / "llama_server" / "files" / "llm_watch.py"
+WATCH_LABELS = 'job="node",instance="dankserver:9100",unit="frank-medium.service"'
+
+
+def watch_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("llm_watch", WATCH_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def watch_series(moved):
+    """promtool input series from the watch's own textfile (its names and labels, never a copy): every series
+    flat at 0 for 5 minutes, then the ones in `moved` step up by their count and stay."""
+    lines = []
+    text = watch_module().render(watch_module().empty_state(), "frank-medium.service", 0, True, 0)
+    for line in text.splitlines():
+        if line.startswith("#") or "last_run" in line or "journal_up" in line:
+            continue
+        series = line.rsplit(" ", 1)[0].replace('unit="frank-medium.service"', WATCH_LABELS)
+        step = next((n for key, n in moved.items() if key in series), 0)
+        lines.append("      - series: '%s'\n        values: '0x5 %dx15'" % (series, step))
+    return "\n".join(lines)
+
+
+WATCH_FIRING = {
+    "LlmGpuPageFault": """
+          - exp_labels: {severity: critical, endpoint: frank-medium, instance: "dankserver:9100", unit: frank-medium.service}
+            exp_annotations:
+              summary: "frank-medium: GPU fault on dankserver:9100 (frank-medium.service)"
+              description: >-
+                The kernel logged an amdgpu page fault / UTCL2 client fault, or the server an illegal memory access
+                or ggml_abort, in the last 15m. The runbook's 39:26 split died this way in the cross-card boundary
+                copy: it is not an OOM and no headroom prevents it. Read journalctl -k and journalctl -u
+                frank-medium.service; Restart=on-failure brings the unit back silently.""",
+    "LlmPromptCacheRefused": """
+          - exp_labels: {severity: warning, endpoint: frank-medium, instance: "dankserver:9100", unit: frank-medium.service, job: node}
+            exp_annotations:
+              summary: "frank-medium: prompt states refused by the cache-ram cap"
+              description: >-
+                3 prompt state(s) larger than the whole --cache-ram cap were refused ("exceeds cache size limit ...,
+                skipping") in 1h: each such conversation is re-prefilled in full (llm_watch_full_reprocess_total).
+                Raise llama_server_cache_ram to the planner's state law for a full slot (fit_plan's cache_ram), or
+                shorten the slots.""",
+    "LlmUnitRestarted": """
+          - exp_labels: {severity: warning, endpoint: frank-medium, instance: "dankserver:9100", unit: frank-medium.service, job: node}
+            exp_annotations:
+              summary: "frank-medium: frank-medium.service restarted on dankserver:9100"
+              description: >-
+                systemd restarted frank-medium.service (NRestarts rose) in the last 15m: Restart=on-failure hides a
+                crash from every client. Read the journal around the restart; LlmGpuPageFault says whether it was a
+                GPU fault.""",
+}
+
+
+def promtool_watch(rendered, tmp_path, moved, expected):
+    tests = []
+    for alert in WATCH_FIRING:
+        tests.append("      - eval_time: 4m\n        alertname: %s\n        exp_alerts: []" % alert)
+        tests.append("      - eval_time: 10m\n        alertname: %s\n        exp_alerts:%s"
+                     % (alert, expected.get(alert, " []")))
+    (tmp_path / "rules.yml").write_text(rendered["rules"])
+    (tmp_path / "test.yml").write_text(
+        "rule_files: [rules.yml]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
+        + watch_series(moved) + "\n    alert_rule_test:\n" + "\n".join(tests) + "\n")
+    return subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_watch_alerts_fire_when_the_watch_counts(rendered, tmp_path):
+    """One illegal memory access, three refused prompt states and one restart, as the watch's textfile
+    carries them: each alert fires after the step and not before."""
+    moved = {'kind="illegal_memory_access"': 1, "llm_watch_prompt_cache_refused_total": 3,
+             "llm_watch_unit_restarts": 1}
+    run = promtool_watch(rendered, tmp_path, moved, WATCH_FIRING)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("kind", ["page_fault", "utcl2", "ggml_abort"])
+def test_every_fault_kind_fires_the_page_fault_alert(rendered, tmp_path, kind):
+    run = promtool_watch(rendered, tmp_path, {'kind="%s"' % kind: 1},
+                         {"LlmGpuPageFault": WATCH_FIRING["LlmGpuPageFault"]})
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_watch_alerts_stay_quiet_while_the_counts_stand_still(rendered, tmp_path):
+    """Flat series (the full-reprocess counter alone moving) fire nothing; expecting the alerts then fails."""
+    run = promtool_watch(rendered, tmp_path, {"llm_watch_full_reprocess_total": 5}, {})
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = promtool_watch(rendered, tmp_path, {}, WATCH_FIRING)
+    assert run.returncode != 0 and "LlmGpuPageFault" in run.stdout + run.stderr
+
+
+def test_the_rules_name_only_series_the_watch_writes(rendered):
+    text = watch_module().render(watch_module().empty_state(), "x.service", 0, True, 0)
+    written = {line.split("{", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+    named = set(re.findall(r"\bllm_watch_[a-z_]+", rendered["rules"])) - {"llm_watch_full_reprocess_total"}
+    assert named and named <= written, named - written

@@ -13,6 +13,7 @@ converge (the real first deploy) and idempotence. Tests run in file order and bu
 7. from radiance-like units holding :7770 (put back with the README's restore command) the README's
    rollback command brings the layer split back.
 """
+import base64
 import json
 import re
 import shlex
@@ -84,6 +85,64 @@ def test_endpoint_is_gated_from_production_paths(host):
     assert host.file("/var/lib/frank-medium/rollback/env").exists
 
 
+WATCH = "frank-medium-watch"
+WATCH_TEXTFILE = "/var/lib/prometheus/node-exporter/llm_watch_frank-medium.prom"
+# the runbook's lines (000_), as llama-server writes them, sent into the journal under the unit's identifier
+WATCH_LINES = ("srv  update: - prompt state size 11388.990 MiB exceeds cache size limit 8192.000 MiB, skipping",
+               "slot update_slots: id  1 | task 812 | forcing full prompt re-processing due to lack of cache data",
+               "ROCm error: an illegal memory access was encountered")
+KERNEL_EXPORT = REPO / "tests" / "fixtures" / "watch" / "kernel-amdgpu-sdma0-utcl2.json"
+
+
+def watch_metrics(host, *extra):
+    """Run the watch once - the installed unit, or its own ExecStart with extra arguments - and read the textfile."""
+    if extra:
+        argv = host.run("systemctl show -p ExecStart --value %s.service", WATCH).stdout
+        cmd = re.search(r"argv\[\]=(.*?) ;", argv).group(1)
+        run = host.run(cmd + " " + " ".join(shlex.quote(a) for a in extra))
+    else:
+        run = host.run("systemctl start %s.service", WATCH)
+    assert run.rc == 0, run.stdout + run.stderr
+    text = host.file(WATCH_TEXTFILE).content_string
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
+def test_the_watch_counts_real_journal_lines(host, tmp_path):
+    """Item 2 of issue 25: the watch is installed with the endpoint (timer enabled and running), and real journal
+    lines - systemd-cat under the unit's identifier - move its textfile metrics, once: a second run adds nothing
+    (the cursor). The container has no kernel ring of its own, so the kernel's amdgpu lines come from a recorded
+    journal export (tests/fixtures/watch/), counted once as well."""
+    timer = host.service(WATCH + ".timer")
+    assert timer.is_enabled and timer.is_running
+    assert host.run("mkdir -p /var/lib/prometheus/node-exporter").rc == 0
+    u = 'unit="frank-medium.service"'
+    before = watch_metrics(host)
+    assert before["llm_watch_unit_restarts{%s}" % u] == int(
+        host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip())
+    for line in WATCH_LINES:
+        assert host.run("echo %s | systemd-cat -t frank-medium -p warning", line).rc == 0  # run() quotes it
+    host.run("journalctl --sync")
+    after = watch_metrics(host)
+    for key in ("llm_watch_prompt_cache_refused_total{%s}" % u, "llm_watch_full_reprocess_total{%s}" % u,
+                'llm_watch_gpu_page_faults_total{%s,kind="illegal_memory_access"}' % u):
+        assert after[key] == before[key] + 1, (key, before, after)
+    assert counts(watch_metrics(host)) == counts(after)   # the cursor: nothing counted twice
+    assert after["llm_watch_journal_up{%s}" % u] == 1
+    export = "/root/" + KERNEL_EXPORT.name
+    data = base64.b64encode(KERNEL_EXPORT.read_bytes()).decode()
+    assert host.run("echo %s | base64 -d > %s", data, export).rc == 0
+    kernel = watch_metrics(host, "--import", export)
+    for kind in ("page_fault", "utcl2"):
+        key = 'llm_watch_gpu_page_faults_total{%s,kind="%s"}' % (u, kind)
+        assert kernel[key] == after[key] + 1, (key, kernel)
+    assert counts(watch_metrics(host, "--import", export)) == counts(kernel)
+
+
+def counts(metrics):
+    return {k: v for k, v in metrics.items() if "last_run" not in k}
+
+
 def test_predecessor_is_in_the_trash_with_a_manifest(host):
     standin = host.run("runuser -u dank -- env XDG_RUNTIME_DIR=/run/user/1000 systemctl --user is-active "
                        "frank-medium-radiance.service")
@@ -130,6 +189,19 @@ def test_readme_production_commands_run_as_written(host):
         run = run_readme(command)
         assert run.returncode == 0, command + "\n" + run.stdout[-4000:] + run.stderr[-2000:]
         assert "Fit table" in run.stdout and "<- chosen" in run.stdout, run.stdout[-3000:]
+
+
+def test_the_readme_byte_proof_command_rehashes_and_changes_nothing(host):
+    """The troubleshooting table's byte-proof command, as written: every payload file re-hashed, nothing changed."""
+    section = (REPO / "README.md").read_text().split("### Troubleshooting", 1)[1].split("\n#", 1)[0]
+    (command,) = re.findall(r"`(ansible-playbook [^`]*gguf_fetch_verify=full)`", section)
+    before = snapshot(host)
+    run = run_readme(command)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    said = " ".join(run.stdout.split())  # the yaml callback folds a long msg over lines
+    assert said.count(" verified, by sha256, ") >= 3 and " mismatch, " not in said, run.stdout[-3000:]
+    assert re.search(r"changed=0 ", run.stdout), run.stdout[-3000:]
+    assert snapshot(host) == before
 
 
 def test_other_shapes_are_planned_and_checked(host):

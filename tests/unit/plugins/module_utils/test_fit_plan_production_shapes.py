@@ -18,7 +18,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
 
 HOST_VARS = os.path.join(lib.ROOT, "inventory", "production", "host_vars", "dankserver.yml")
 B850 = os.path.join(lib.FIXTURES, "gpu", "b850-proart.facts.json")
-DRAFTERS = {"draft-dflash": "dflash2", "draft-dspark": "dspark"}
+PAYLOAD_DRAFTERS = {"dflash2_q4_k_m": "dflash2", "dspark_q8_0": "dspark"}
 HOST_RAM = 60 * lib.GIB  # dankserver: 60 GiB (runbook Hardware)
 
 
@@ -43,8 +43,9 @@ def _plan(shape):
     s = v["frank_medium_shapes"][shape]
     with open(B850) as fh:
         gpus = json.load(fh)
-    backed = [t for t in s["spec_type"] if t in DRAFTERS]
-    drafter = lib.fixture(DRAFTERS[backed[0]]) if backed else None
+    # the drafter the payload carries, as the deploy passes it (used or not: plan.yml hands fit_plan the payload's)
+    key = s["payload"].get("drafter")
+    drafter = lib.fixture(PAYLOAD_DRAFTERS[key]) if key else None
     mmproj = lib.fixture("mmproj_bf16") if s["vision"] else None
     return plan(gpus, lib.fixture("frank_medium"), _serve(v, shape), drafter=drafter, mmproj=mmproj,
                 host_ram_bytes=HOST_RAM)
@@ -88,3 +89,27 @@ def test_unknown_sizes_and_hashes_stay_refusable_placeholders():
     assert v["llama_cpp_build_toolchain_sha256"].startswith("FILL")
     serving = json.dumps(v["dankfleet_serving_now"])
     assert "FILL" in serving and '"ports": [7770]' in serving
+
+
+def test_the_mtp_shape_keeps_the_dflash2_sidecar_unused_and_uncharged():
+    """000_: under MTP the DFlash2 sidecar "stays on disk and in the fetch script"; the plan carries it as
+    present and unused and charges nothing for it (the same bytes as without it). The MTP era ran draft-mtp
+    alone: ngram-mod was never measured beside it."""
+    v = _vars()
+    s = v["frank_medium_shapes"]["mtp"]
+    assert v["frank_medium_files"][s["payload"]["drafter"]]["file"] == "Qwen3.8-27B-DFlash2-Q4_K_M.gguf"
+    assert s["spec_type"] == ["draft-mtp"]
+    r = _plan("mtp")
+    assert r["fits"] and "is present and unused" in r["drafter_unused"]
+    with open(B850) as fh:
+        gpus = json.load(fh)
+    bare = plan(gpus, lib.fixture("frank_medium"), _serve(v, "mtp"), mmproj=lib.fixture("mmproj_bf16"),
+                host_ram_bytes=HOST_RAM)
+    assert [d["total_bytes"] for d in r["devices"]] == [d["total_bytes"] for d in bare["devices"]]
+
+
+def test_the_shapes_run_reasoning_as_the_seeds_did():
+    """002_: REASONING=on, CHAT_TEMPLATE_KWARGS='{"enable_thinking":true,"preserve_thinking":true}'."""
+    v = _vars()
+    assert v["llama_server_reasoning"] == "on" and v["llama_server_reasoning_format"] == "deepseek"
+    assert v["llama_server_chat_template_kwargs"] == {"enable_thinking": True, "preserve_thinking": True}

@@ -189,8 +189,26 @@ def test_mtp_cannot_chain_with_a_drafter():
     assert not r["fits"] and any("ONE draft context" in e for e in r["errors"])
     ngram = _plan(dict(serve, spec_type=["draft-mtp", "ngram-mod"]), mmproj=MMPROJ)
     assert ngram["fits"]
-    unused = _plan(dict(serve, spec_type=["draft-mtp"]), drafter=DFLASH2, mmproj=MMPROJ)
-    assert not unused["fits"] and any("uses none" in e for e in unused["errors"])
+
+
+@pytest.mark.parametrize("spec_type", [["draft-mtp"], ["draft-mtp", "ngram-mod"], ["ngram-mod"], []])
+def test_an_unused_drafter_is_planned_present_and_charged_nothing(spec_type):
+    """000_: under MTP "the DFlash2 sidecar stays on disk and in the fetch script" - switching back is one change.
+    A drafter the spec type does not load is planned as present and unused: the same bytes on every device,
+    the same cache-ram law, the same verdict as without it, and drafter_unused says so."""
+    serve = dict(MTP_393216, tensor_split=[35, 30], spec_type=spec_type, spec_draft_n_max=3 if spec_type else 0)
+    if "draft-mtp" not in spec_type:
+        serve = dict(serve, spec_draft_n_max=0)
+    without = _plan(serve, mmproj=MMPROJ)
+    given = _plan(serve, drafter=DFLASH2, mmproj=MMPROJ)
+    assert given["fits"] == without["fits"] and given["errors"] == without["errors"]
+    assert [d["total_bytes"] for d in given["devices"]] == [d["total_bytes"] for d in without["devices"]]
+    assert given["cache_ram"] == without["cache_ram"] and given["table"] == without["table"]
+    assert without["drafter_unused"] is None
+    assert "is present and unused" in given["drafter_unused"] and "nothing is charged" in given["drafter_unused"]
+    assert given["warnings"] == without["warnings"] + [given["drafter_unused"]]
+    used = _plan(dict(serve, spec_type=["draft-dflash"], spec_draft_n_max=7), drafter=DFLASH2, mmproj=MMPROJ)
+    assert used["drafter_unused"] is None
 
 
 def test_cache_ram_8192_cannot_store_a_196608_slot_16384_can():

@@ -11,7 +11,7 @@ import yaml
 
 from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import _trust, load_yaml, role_file
 
-TASKS = ('install.yml', 'config.yml', 'service.yml')
+TASKS = ('install.yml', 'config.yml', 'service.yml', 'watch.yml')
 
 
 def _templar(overrides=None):
@@ -46,7 +46,7 @@ def test_the_probe_reads_every_path_the_role_writes_or_checks(overrides):
             for module in ('ansible.builtin.template', 'ansible.builtin.copy'):
                 if module in task:
                     written.append(t(task[module]['dest']))
-    assert len(written) == 5 + 2 + 3
+    assert len(written) == 5 + 2 + 3 + 3  # directories, checker + parser, env/launcher/unit, the watch's three
     inputs = [i['path'] for i in t('{{ _llama_server_inputs }}') if i['path']]
     marks = [t('{{ _llama_server_gate_pending }}'), t('{{ _llama_server_rollback_dir }}/env'), t('{{ llama_server_release_link }}')]
     assert sorted(set(written + inputs + marks)) == sorted(probed)
@@ -62,7 +62,7 @@ def test_an_empty_or_relative_input_is_not_read_but_counts_as_missing():
 
 
 def test_every_writing_task_is_skipped_only_by_what_the_probe_read():
-    for name in ('install.yml', 'config.yml'):
+    for name in ('install.yml', 'config.yml', 'watch.yml'):
         for task in _tasks(name):
             if 'ansible.builtin.template' in task or 'ansible.builtin.copy' in task:
                 dest = (task.get('ansible.builtin.template') or task['ansible.builtin.copy'])['dest']
