@@ -326,6 +326,9 @@ class Response(object):
         if len(data) > max_bytes:
             raise AnswerTooLarge('%s: the answer is longer than the %d bytes this request accepts; refused'
                                  % (self.what, max_bytes))
+        if self.raw.length:     # http.client's read(amt) returns a short body without a word
+            raise HttpError('%s: the answer broke off after %d of the %d bytes its Content-Length declared; '
+                            'nothing from it was used' % (self.what, len(data), declared))
         return data
 
     def close(self):
@@ -343,13 +346,14 @@ class Client(object):
     """
 
     def __init__(self, secret=None, secret_name='api_key', proxies=False, verify_tls=True,
-                 user_agent='dankfleet.llm', max_redirects=MAX_REDIRECTS, resolver=resolve):
+                 user_agent='dankfleet.llm', max_redirects=MAX_REDIRECTS, resolver=resolve, classify=None):
         self.secret = check_secret(secret, secret_name)
         self.proxies = urllib.request.getproxies() if proxies else {}
         self.verify_tls = verify_tls
         self.user_agent = user_agent
         self.max_redirects = max_redirects
         self.resolver = resolver
+        self.classify = classify or (lambda _host, addresses: host_class([address_class(a[1][0]) for a in addresses]))
         self._tls = None
 
     # -- messages --------------------------------------------------------
@@ -437,10 +441,14 @@ class Client(object):
             if proxy is None:
                 raise self._error(HttpError, 'cannot resolve the host of %s: %s' % (redact(url), exc))
             addresses = []      # only the proxy can resolve it: the literal-address checks still hold
-        classes = [address_class(sockaddr[0]) for _, sockaddr in addresses]
         if not addresses and proxy is None:
             raise self._error(HttpError, 'the host of %s resolves to no IP address' % redact(url))
-        return host_class(classes) if classes else 'public', addresses, proxy
+        try:
+            literal = [(0, (str(ipaddress.ip_address(p.hostname.split('%')[0])), port))]
+        except ValueError:
+            literal = []
+        return self.classify(p.hostname, addresses or literal) if (addresses or literal) else 'public', \
+            addresses, proxy
 
     def _proxy_for(self, scheme, host):
         proxy = self.proxies.get(scheme)
