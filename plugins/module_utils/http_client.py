@@ -436,6 +436,12 @@ class Client(object):
         port = p.port or (443 if scheme == 'https' else 80)
         proxy = self._proxy_for(scheme, p.hostname)
         try:
+            literal_class = address_class(urllib.parse.unquote(p.hostname))
+        except ValueError:
+            literal_class = None
+        if literal_class in REFUSED_CLASSES:
+            return literal_class, [], proxy     # refused by the caller before anything is resolved or sent
+        try:
             addresses = self.resolver(p.hostname, port)
         except (OSError, UnicodeError) as exc:
             if proxy is None:

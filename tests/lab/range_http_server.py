@@ -200,6 +200,12 @@ class RangeHTTPServer(http.server.ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
 
+    def handle_error(self, request, client_address):
+        # a client that hung up (or reset) between requests is not the server's error
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, socket.timeout)):
+            return
+        super().handle_error(request, client_address)
+
     def claim_once(self, key):
         """True the first time key is claimed (a -once fault fires), False after."""
         with self.lock:
