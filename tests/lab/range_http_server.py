@@ -42,7 +42,8 @@ only on the first request for that fault+file(+query) and serve clean afterwards
     <3-digit code>  answer that status with an empty body (e.g. 503-once)
 
 A server started with faults="..." applies them to every path without a /_fault/ prefix (a whole
-llama-server stand-in that drips: the root holds files named health, props, v1/models ...).
+llama-server stand-in that drips: the root holds files named health, props, v1/models ...);
+faults={path: "..."} to those paths only.
 
 Protocol: GET, HEAD and POST (the request body is read and ignored; the answer is the file); Accept-Ranges: bytes; a single "bytes=" range
 (a-b, a-, -n) answers 206 with Content-Range; an unsatisfiable range answers
@@ -182,7 +183,8 @@ class RangeHTTPServer(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, addr, root, token=None, quiet=True, faults=""):
-        parse_faults(faults)
+        for spec in (faults.values() if isinstance(faults, dict) else [faults]):
+            parse_faults(spec)
         self.default_faults = faults
         self.root = os.path.realpath(root)
         self.token = token
@@ -346,6 +348,8 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
         if raw.startswith(FAULT_PREFIX):
             spec, _, rest = raw[len(FAULT_PREFIX):].partition("/")
             raw = "/" + rest
+        elif isinstance(self.server.default_faults, dict):
+            spec = self.server.default_faults.get(raw)
         elif self.server.default_faults:
             spec = self.server.default_faults
         if spec:
@@ -520,7 +524,8 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
 def serve(root, port=0, token=None, host="127.0.0.1", quiet=True, faults=""):
     """Start a server in a daemon thread; return (server, port). Stop: server.close().
 
-    faults: applied to every path without a /_fault/ prefix (a whole misbehaving server)."""
+    faults: applied to every path without a /_fault/ prefix (a whole misbehaving server), or
+    {path: faults} for some paths only ({"/v1/chat/completions": "drip-500"})."""
     server = RangeHTTPServer((host, port), root, token=token, quiet=quiet, faults=faults)
     t = threading.Thread(target=server.serve_forever, name="range-http", daemon=True)
     t.start()
