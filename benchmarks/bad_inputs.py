@@ -414,6 +414,8 @@ def _result_of(stdout):
 def classify(case, out, err, seconds, rss, hung):
     if hung or seconds > HANG_S:
         return "hang", "%.1fs%s" % (seconds, " (killed)" if hung else "")
+    if getattr(case, "secret", None) and case.secret in out + err:
+        return "wrong", "the secret the case passed is in the output"
     res = _result_of(out)
     if res is None:
         return "crash", "no JSON result: %s" % (err.strip().splitlines() or ["?"])[-1][:160]
@@ -469,6 +471,7 @@ def main(argv=None):
     try:
         cases = (_gguf_cases(tmp) + _fetch_cases(tmp, base, hashlib.sha256(data).hexdigest())
                  + _trash_cases(tmp) + _plan_cases(tmp))
+        cases += __import__("bad_inputs_http").cases(Case, tmp, base, www, data)    # HTTP peers and secrets (#23)
         if a.only:
             cases = [c for c in cases if a.only in c.name]
         counts = {"refusal": 0, "ok": 0, "crash": 0, "hang": 0, "wrong": 0}
