@@ -267,7 +267,7 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
         if code == 200:
             out['health_seconds'] = round(clock() - start, 1)
             break
-        last = ('HTTP %s %s' % (code, error_text(body))) if code > 0 else 'no answer: %s' % body
+        last = 'HTTP %s %s' % (code, error_text(body))
         now = clock()
         if now >= deadline:
             out['findings'].append(
