@@ -382,6 +382,13 @@ class Client(object):
         timeout: the request's overall deadline in seconds (connect to the last header, and the body until
         Response.release_deadline()); idle_timeout: at most this long for any single read or send.
         """
+        try:
+            return self._open(method, url, body, headers, timeout, idle_timeout)
+        except HttpError as exc:
+            # a redirect's path (the peer's choice) is in some messages: one pass scrubs them all
+            raise exc.__class__(self.scrub(exc))
+
+    def _open(self, method, url, body, headers, timeout, idle_timeout):
         deadline = Deadline(timeout)
         origin = _origin(url)
         problem = url_problem(url)
@@ -561,8 +568,8 @@ class Client(object):
     def _guard(self, what, read, *args):
         try:
             return read(*args)
-        except HttpError:
-            raise
+        except HttpError as exc:
+            raise exc.__class__(self.scrub(exc))
         except socket.timeout as exc:
             raise self._error(DeadlineExceeded, '%s: %s' % (what, exc))
         except (OSError, http.client.HTTPException, ValueError) as exc:
