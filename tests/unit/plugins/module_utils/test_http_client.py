@@ -261,6 +261,7 @@ FAULTS = st.sampled_from([
 @settings(max_examples=45, **SETTINGS)
 def test_every_request_ends_in_time_in_bounded_memory_naming_no_secret(www, faults, timeout, endpoint):
     url = at(www, ",".join(f for f in faults if f))
+
     def one(timeout):
         if endpoint:
             return Endpoint(url.rsplit("/", 1)[0], api_key=SECRET, timeout=timeout, max_bytes=1 << 20).call("/health")
@@ -300,8 +301,7 @@ def test_a_fetch_from_a_server_resetting_every_60_kb_progresses_and_finishes(www
 
 @given(n=st.integers(16 * 1024 + 1, 150_000), wrong=st.booleans())
 @settings(max_examples=8, **SETTINGS)
-def test_resets_at_any_size_past_the_progress_floor_finish_and_wrong_bytes_never_promote(www, tmp_path_factory, n,
-                                                                                        wrong):
+def test_resets_past_the_progress_floor_finish_and_wrong_bytes_never_promote(www, tmp_path_factory, n, wrong):
     tmp = tmp_path_factory.mktemp("f")
     faults = "reset-every-%d%s" % (n, ",wrong-bytes-%d" % (SIZE // 3) if wrong else "")
     try:
