@@ -414,6 +414,8 @@ def _result_of(stdout):
 def classify(case, out, err, seconds, rss, hung):
     if hung or seconds > HANG_S:
         return "hang", "%.1fs%s" % (seconds, " (killed)" if hung else "")
+    if getattr(case, "secret", None) and case.secret in out + err:
+        return "wrong", "the secret the case passed is in the output"
     res = _result_of(out)
     if res is None:
         return "crash", "no JSON result: %s" % (err.strip().splitlines() or ["?"])[-1][:160]
@@ -471,6 +473,7 @@ def main(argv=None):
                  + _trash_cases(tmp) + _plan_cases(tmp))
         cases += __import__("bad_inputs_values").cases(tmp, Case)  # issue 23 item 4: strict values
         cases += __import__("bad_inputs_trash").cases(tmp, Case)  # issue 23 item 3: trash_files
+        cases += __import__("bad_inputs_http").cases(Case, tmp, base, www, data)    # HTTP peers and secrets (#23)
         if a.only:
             cases = [c for c in cases if a.only in c.name]
         counts = {"refusal": 0, "ok": 0, "crash": 0, "hang": 0, "wrong": 0}

@@ -20,9 +20,8 @@ import re
 import subprocess
 import time
 
-from http.client import HTTPException
-from urllib.error import HTTPError, URLError
-from urllib.request import ProxyHandler, Request, build_opener
+from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import (
+    DEFAULT_MAX_BYTES, Client, HttpError, check_secret, redact, url_problem)
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
 
@@ -45,86 +44,103 @@ METRIC_PROMPT_CACHED = 'llamacpp:prompt_tokens_cached_total'
 METRIC_PREDICTED = 'llamacpp:tokens_predicted_total'
 
 
-# No proxy from the environment: the endpoint is the host's own.
-_PLAIN_HTTP = build_opener(ProxyHandler({}))
-
-
 class BenchError(Exception):
     """A harness failure whose message names the cause and what to do about it."""
 
 
-class Endpoint(object):
-    """A llama-server base URL (``http://127.0.0.1:7770``) with an optional API key."""
+def endpoint_problem(url, api_key):
+    """Why (url, api_key) cannot be used (None when they can), naming neither the key nor URL credentials.
 
-    def __init__(self, url, api_key=None, timeout=600.0):
-        self.url = url.rstrip('/')
+    The modules call it first and fail naming it; Endpoint itself answers every request with it."""
+    problem = url_problem(url)
+    if problem:
+        return 'url: %s' % problem
+    try:
+        check_secret(api_key, 'api_key')
+    except HttpError as exc:
+        return str(exc)
+    return None
+
+
+class _Refused(HttpError):
+    pass
+
+
+class Endpoint(object):
+    """A llama-server base URL (``http://127.0.0.1:7770``) with an optional API key.
+
+    Every request goes through the collection's one HTTP client (module_utils/http_client.py): ``timeout``
+    is the deadline of the whole request (connect, headers and body together, not per socket read), an
+    answer longer than ``max_bytes`` is refused, redirects are held to the client's policy, and no proxy
+    from the environment is used (the endpoint is the host's own).
+    """
+
+    def __init__(self, url, api_key=None, timeout=600.0, max_bytes=DEFAULT_MAX_BYTES):
+        self.url = (url or '').rstrip('/')
         self.api_key = api_key or None
         self.timeout = float(timeout)
+        self.max_bytes = int(max_bytes)
+        self.problem = endpoint_problem(url, api_key)
+        self._client = None if self.problem else Client(self.api_key, 'api_key', proxies=False,
+                                                        user_agent='dankfleet.llm.endpoint')
 
     def _request(self, path, payload=None, timeout=None):
+        """(status, body text) of any answer, 4xx and 5xx included; HttpError when none came (the message
+        names the cause, never the key)."""
+        if self.problem:
+            raise _Refused(self.problem)
         data = None if payload is None else json.dumps(payload).encode('utf-8')
-        headers = {}
-        if data is not None:
-            headers['Content-Type'] = 'application/json'
-        if self.api_key:
-            headers['Authorization'] = 'Bearer %s' % self.api_key
+        headers = {'Content-Type': 'application/json'} if data is not None else {}
         method = 'GET' if data is None else 'POST'
-        timeout = self.timeout if timeout is None else timeout
-        if self.url.startswith('http://'):
-            # plain HTTP: open_url builds a TLS context (the system CA store, ~80 ms of CPU) on every request
-            resp = _PLAIN_HTTP.open(Request(self.url + path, data=data, headers=headers, method=method), timeout=timeout)
-        else:
-            # imported here: ansible.module_utils.urls (TLS, cryptography) costs ~0.1 s to import, and every
-            # plain-http caller (the gate module, the gate_health_timeout filter's import chain) would pay it
-            from ansible.module_utils.urls import open_url
-            # use_proxy=False: the endpoint is the host's own, a proxy in the environment must not carry it
-            resp = open_url(self.url + path, data=data, headers=headers, method=method, timeout=timeout,
-                            use_proxy=False, follow_redirects='safe')
+        timeout = self.timeout if timeout is None else float(timeout)
         try:
-            return resp.getcode(), resp.read().decode('utf-8', 'replace')
-        finally:
-            resp.close()
+            status, _, body = self._client.request(method, self.url + path, body=data, headers=headers,
+                                                   timeout=timeout, max_bytes=self.max_bytes)
+        except OSError as exc:  # the client names its own failures; a stray OSError still says what failed
+            raise HttpError(self._client.scrub('%s %s%s: %s' % (method, redact(self.url), path, exc)))
+        return status, body.decode('utf-8', 'replace')
 
     def call(self, path, payload=None, timeout=None):
         """(HTTP status, body text) of one request that never raises: an HTTP error is its status and
-        body, a request that got no answer (refused, timed out, reset) is (-1, the reason)."""
+        body, a request that got no answer (refused, timed out, reset, too long) is (-1, the reason)."""
         try:
             return self._request(path, payload, timeout=timeout)
-        except HTTPError as exc:
-            return exc.code, _body(exc, limit=None)
-        except (URLError, OSError, HTTPException) as exc:
-            return -1, str(getattr(exc, 'reason', None) or exc) or exc.__class__.__name__
+        except HttpError as exc:
+            return -1, str(exc) or exc.__class__.__name__
 
     def get_text(self, path, timeout=None):
         try:
-            return self._request(path, timeout=timeout)[1]
-        except HTTPError as exc:
-            raise BenchError('GET %s%s -> HTTP %s: %s' % (self.url, path, exc.code, _body(exc)))
-        except (URLError, OSError) as exc:
-            raise BenchError('GET %s%s failed: %s (is the endpoint up and is the URL right?)' % (self.url, path, exc))
+            code, body = self._request(path, timeout=timeout)
+        except HttpError as exc:
+            raise BenchError('GET %s%s failed: %s (is the endpoint up and is the URL right?)'
+                             % (redact(self.url), path, exc))
+        if code >= 400:
+            raise BenchError('GET %s%s -> HTTP %s: %s' % (redact(self.url), path, code, body[:500]))
+        return body
 
     def get_json(self, path, timeout=None):
-        return _decode(self.get_text(path, timeout), 'GET ' + self.url + path)
+        return _decode(self.get_text(path, timeout), 'GET ' + redact(self.url) + path)
 
     def post_json(self, path, payload, timeout=None):
         try:
-            body = self._request(path, payload, timeout=timeout)[1]
-        except HTTPError as exc:
-            raise BenchError('POST %s%s -> HTTP %s: %s' % (self.url, path, exc.code, _body(exc)))
-        except (URLError, OSError) as exc:
-            raise BenchError('POST %s%s failed: %s' % (self.url, path, exc))
-        return _decode(body, 'POST ' + self.url + path)
+            code, body = self._request(path, payload, timeout=timeout)
+        except HttpError as exc:
+            raise BenchError('POST %s%s failed: %s' % (redact(self.url), path, exc))
+        if code >= 400:
+            raise BenchError('POST %s%s -> HTTP %s: %s' % (redact(self.url), path, code, body[:500]))
+        return _decode(body, 'POST ' + redact(self.url) + path)
 
     def metrics(self):
         """``/metrics`` as {series: value}; None when the server runs without ``--metrics``."""
         try:
-            return parse_metrics(self._request('/metrics', timeout=30)[1])
-        except HTTPError as exc:
-            if exc.code in (404, 501):
-                return None
-            raise BenchError('GET %s/metrics -> HTTP %s: %s' % (self.url, exc.code, _body(exc)))
-        except (URLError, OSError) as exc:
-            raise BenchError('GET %s/metrics failed: %s' % (self.url, exc))
+            code, body = self._request('/metrics', timeout=30)
+        except HttpError as exc:
+            raise BenchError('GET %s/metrics failed: %s' % (redact(self.url), exc))
+        if code in (404, 501):
+            return None
+        if code >= 400:
+            raise BenchError('GET %s/metrics -> HTTP %s: %s' % (redact(self.url), code, body[:500]))
+        return parse_metrics(body)
 
     def build(self):
         """The llama.cpp build the endpoint reports (``/props`` ``build_info``, e.g. ``b11434-unknown``)."""
@@ -132,33 +148,24 @@ class Endpoint(object):
             props = self.get_json('/props', timeout=30)
         except BenchError:
             return None
-        return props.get('build_info')
+        return props.get('build_info') if isinstance(props, dict) else None
 
     def wait_healthy(self, timeout):
         """Wait until ``/health`` answers 200 (503 while loading is normal); raise after ``timeout`` s."""
+        if self.problem:
+            raise BenchError(self.problem)
         deadline = time.time() + float(timeout)
         last = 'no answer'
         while True:
-            try:
-                code = self._request('/health', timeout=5)[0]
-                if code == 200:
-                    return
-                last = 'HTTP %s' % code
-            except HTTPError as exc:
-                last = 'HTTP %s' % exc.code
-            except (URLError, OSError) as exc:
-                last = str(exc)
+            left = deadline - time.time()
+            code, body = self.call('/health', timeout=max(0.5, min(5.0, left)))
+            if code == 200:
+                return
+            last = 'HTTP %s' % code if code > 0 else body
             if time.time() > deadline:
                 raise BenchError('%s/health did not answer 200 within %d s (last: %s); read the unit journal'
-                                 % (self.url, timeout, last))
+                                 % (redact(self.url), timeout, last))
             time.sleep(0.25)
-
-
-def _body(exc, limit=500):
-    try:
-        return exc.read().decode('utf-8', 'replace')[:limit]
-    except Exception:  # pylint: disable=broad-except
-        return ''
 
 
 def _decode(text, what):

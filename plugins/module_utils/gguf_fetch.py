@@ -54,14 +54,12 @@ import os
 import queue
 import re
 import socket
-import ssl
 import stat
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import (
+    Client, DeadlineExceeded, HttpError, PolicyRefused, check_secret, redact, redirect_problem, url_problem)
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file
 from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import TrashError, retire
@@ -76,7 +74,6 @@ DEFAULT_CHUNK = 256 * 1024
 RETRYABLE_HTTP = frozenset((408, 425, 429, 500, 502, 503, 504))
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _CONTENT_LENGTH_RE = re.compile(r"^\s*(\d{1,20})\s*$")
-ALLOWED_SCHEMES = ("http", "https")
 LOCK_SUFFIX = ".lock"
 # An attempt counts as progress only with this many new bytes past the furthest byte reached before
 # (or the rest of the file): a server dribbling a byte per attempt cannot keep the loop alive.
@@ -108,11 +105,7 @@ def utcnow():
 
 def redact_url(url):
     """scheme://host/path only: signed query strings and userinfo stay out of logs."""
-    p = urllib.parse.urlsplit(url)
-    host = p.hostname or ""
-    if p.port:
-        host = "%s:%d" % (host, p.port)
-    return urllib.parse.urlunsplit((p.scheme, host, p.path, "", ""))
+    return redact(url)
 
 
 def validate_declared(size, sha256):
@@ -314,81 +307,22 @@ class _PipelinedHasher:
 
 
 def url_policy_problem(url, previous=None):
-    """Why url may not be fetched (None when it may): http(s), a host, no downgrade from https.
-
-    The original url and every redirect target are held to the same policy.
-    """
-    try:
-        p = urllib.parse.urlsplit(url)
-        p.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as e:
-        return "%r is not a valid URL (%s)" % (redact_url_safe(url), e)
-    scheme = p.scheme.lower()
-    if scheme not in ALLOWED_SCHEMES:
-        return "the scheme of %r is %r; only http:// and https:// are fetched" % (redact_url_safe(url), scheme or "")
-    if not p.hostname:
-        return "%r names no host" % redact_url_safe(url)
-    if previous is not None and urllib.parse.urlsplit(previous).scheme.lower() == "https" and scheme == "http":
-        return "%r would downgrade https to plain http" % redact_url_safe(url)
-    return None
+    """Why url may not be fetched (None when it may): the one HTTP client's policy (http or https, a host,
+    no credentials in it, no https -> http downgrade; module_utils/http_client.py)."""
+    problem = url_problem(url)
+    if problem is None and previous is not None:
+        problem = redirect_problem(None, None, previous, url)
+    return problem
 
 
 def redact_url_safe(url):
-    try:
-        return redact_url(url)
-    except ValueError:
-        return "(unparsable url)"
+    return redact(url)
 
 
-class RedirectRefused(Exception):
-    """A redirect the policy refuses: never followed."""
-
-
-class _RedirectKeepingTokenOnSameOrigin(urllib.request.HTTPRedirectHandler):
-    """Follow redirects the url policy allows; resend the bearer token only while the origin stays the same.
-
-    The Hub answers /resolve/ with a redirect to a signed CDN URL: the token
-    must not travel there. A redirect to another scheme (ftp://, file://), to
-    no host, or from https down to http is refused, not followed.
-    """
-
-    max_redirections = 10
-
-    def __init__(self, token):
-        self._token = token
-
-    def http_error_302(self, req, fp, code, msg, headers):
-        # Checked here, before urllib's own scheme test, so every refusal names the policy.
-        newurl = headers.get("location") or headers.get("uri")
-        if newurl:
-            target = urllib.parse.urljoin(req.full_url, newurl)
-            problem = url_policy_problem(target, previous=req.full_url)
-            if problem:
-                fp.close()
-                raise RedirectRefused("HTTP %d from %s redirects to %s: refused, %s" % (
-                    code, redact_url_safe(req.full_url), redact_url_safe(target), problem))
-        return urllib.request.HTTPRedirectHandler.http_error_302(self, req, fp, code, msg, headers)
-
-    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new = urllib.request.HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
-        if new is not None and self._token:
-            a, b = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(new.full_url)
-            if (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port):
-                new.add_unredirected_header("Authorization", "Bearer " + self._token)
-        return new
-
-
-def build_opener(token=None, validate_certs=True):
-    """urllib opener: proxies from the environment (http_proxy, https_proxy, no_proxy)."""
-    handlers = [urllib.request.ProxyHandler(), _RedirectKeepingTokenOnSameOrigin(token)]
-    if not validate_certs:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        handlers.append(urllib.request.HTTPSHandler(context=ctx))
-    return urllib.request.build_opener(*handlers)
+def _client(token, validate_certs):
+    """The fetch's HTTP client: proxies from the environment (http_proxy, https_proxy, no_proxy), the bearer
+    token only while the request stays on the url's origin (the Hub redirects to a signed CDN URL)."""
+    return Client(token, "token", proxies=True, verify_tls=validate_certs, user_agent="dankfleet.llm.gguf_fetch")
 
 
 def parse_content_length(value, url):
@@ -493,7 +427,12 @@ class Fetcher:
             raise FetchError("url is required")
         problem = url_policy_problem(self.url)
         if problem:
-            raise FetchError("url must be http:// or https:// with a host: %s" % problem)
+            raise FetchError("url must be http:// or https:// with a host and no credentials: %s. Nothing was "
+                             "downloaded" % problem)
+        try:
+            check_secret(self.token, "token")
+        except HttpError as e:
+            raise FetchError("%s. Nothing was downloaded" % e)
         if not self.dest or self.dest.endswith(os.sep):
             raise FetchError("dest must be a file path, got %r" % (self.dest,))
         if not os.path.isabs(self.dest):
@@ -623,26 +562,22 @@ class Fetcher:
             resp.close()
 
     # -- HTTP ------------------------------------------------------------
-    def _request(self, opener, offset):
-        req = urllib.request.Request(self.url, method="GET")
-        req.add_header("User-Agent", self.user_agent)
-        req.add_header("Accept-Encoding", "identity")
+    def _request(self, client, offset):
+        """The answer's status line and headers within `timeout` s (connect, redirects and headers together);
+        the body is then policed by _stream (idle timeout and the low-speed limit)."""
+        headers = {"Accept-Encoding": "identity"}
         if offset:
-            req.add_header("Range", "bytes=%d-" % offset)
-        if self.token:
-            req.add_unredirected_header("Authorization", "Bearer " + self.token)
+            headers["Range"] = "bytes=%d-" % offset
         try:
-            return opener.open(req, timeout=self.timeout)
-        except RedirectRefused as e:
+            resp = client.open("GET", self.url, headers=headers, timeout=self.timeout, idle_timeout=self.timeout)
+        except PolicyRefused as e:
             raise FetchError("%s. Nothing was downloaded from there; fix the url or the mirror" % e)
-        except urllib.error.HTTPError as e:
-            if 300 <= e.code < 400:
-                raise FetchError("HTTP %d from %s: redirect not followed (%s); fix the url or the mirror"
-                                 % (e.code, redact_url(self.url), e.msg))
-            return e  # an HTTPError is a response too (416 carries Content-Range)
-        except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as e:
-            reason = getattr(e, "reason", e)
-            raise _Retryable("cannot connect to %s: %s" % (redact_url(self.url), reason))
+        except DeadlineExceeded as e:
+            raise _Retryable("no answer from %s within %ss: %s" % (redact_url(self.url), self.timeout, e))
+        except (HttpError, OSError, http.client.HTTPException) as e:
+            raise _Retryable("cannot connect to %s: %s" % (redact_url(self.url), client.scrub(e)))
+        resp.release_deadline()
+        return resp
 
     def _open_part(self, offset):
         fd = os.open(self.part, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -650,13 +585,16 @@ class Fetcher:
         os.lseek(fd, offset, os.SEEK_SET)
         return fd
 
-    def _attempt(self, opener, hasher, state):
+    def _attempt(self, client, hasher, state):
         """One HTTP exchange. Returns 'complete' or raises _Retryable / FetchError."""
         offset = state["offset"]
-        resp = self._request(opener, offset)
+        resp = self._request(client, offset)
         try:
-            code = resp.getcode() if hasattr(resp, "getcode") else resp.code
+            code = resp.status
             headers = resp.headers
+            if 300 <= code < 400:
+                raise FetchError("HTTP %d from %s: redirect not followed (no Location header); fix the url or the "
+                                 "mirror" % (code, redact_url(resp.url)))
             if code == 416:
                 cr = _parse_content_range(headers.get("Content-Range"))
                 total = cr[2] if cr else None
@@ -715,7 +653,7 @@ class Fetcher:
             if offset + expect > self.size:
                 raise FetchError("the server offers bytes up to %d of %s, beyond the declared size %d"
                                  % (offset + expect, redact_url(self.url), self.size))
-            self._stream(resp, hasher, state, expect)
+            self._stream(resp.raw, hasher, state, expect)
             if state["offset"] < self.size:
                 raise _Retryable("the server ended the body at byte %d of %d" % (state["offset"], self.size))
             return "complete"
@@ -747,6 +685,7 @@ class Fetcher:
                 mv = memoryview(buf)
                 want = min(len(buf), expect - got_total)
                 n = 0
+                failure = None      # why this attempt ends; the bytes already in buf are written first
                 try:
                     # read1: at most one recv per call, so the clock is checked while a slow buffer fills
                     # (readinto would block until the whole buffer arrived, however slowly)
@@ -759,20 +698,18 @@ class Fetcher:
                         now = time.monotonic()
                         if now - window_t >= self.timeout:
                             if window_bytes < MIN_PROGRESS_BYTES:
-                                raise _Retryable("slower than %d bytes in %ss (%d bytes) at byte %d"
-                                                 % (MIN_PROGRESS_BYTES, self.timeout, window_bytes, state["offset"]))
+                                failure = "slower than %d bytes in %ss (%d bytes) at byte %%d" % (
+                                    MIN_PROGRESS_BYTES, self.timeout, window_bytes)
+                                break
                             window_t, window_bytes = now, 0
-                except _Retryable:
-                    hasher.give_back(buf)
-                    raise
                 except (socket.timeout, TimeoutError):
-                    hasher.give_back(buf)
-                    raise _Retryable("no data for %ss (stalled) at byte %d" % (self.timeout, state["offset"]))
-                except (ConnectionError, http.client.HTTPException, OSError) as e:
-                    hasher.give_back(buf)
-                    raise _Retryable("connection lost at byte %d: %s" % (state["offset"], e))
+                    failure = "no data for %ss (stalled) at byte %%d" % self.timeout
+                except (ConnectionError, http.client.HTTPException, HttpError, OSError) as e:
+                    failure = "connection lost at byte %%d: %s" % str(e).replace("%", "%%")
                 if not n:
                     hasher.give_back(buf)
+                    if failure:
+                        raise _Retryable(failure % state["offset"])
                     break
                 off = 0
                 try:
@@ -792,12 +729,15 @@ class Fetcher:
                 elapsed = self._transfer_s + (time.monotonic() - t0)
                 rate = self.result["bytes_downloaded"] / elapsed if elapsed > 0 else 0
                 self._log.progress(state["offset"], self.size, rate)
+                if failure:
+                    # a reset mid-buffer keeps what arrived: a server resetting every 60 KB still progresses
+                    raise _Retryable(failure % state["offset"])
         finally:
             self._transfer_s += time.monotonic() - t0
 
     def _download(self):
         """Download into .part (resuming), verify, promote. Returns the final status."""
-        opener = build_opener(self.token, self.validate_certs)
+        client = _client(self.token, self.validate_certs)
         offset = os.path.getsize(self.part) if os.path.exists(self.part) else 0
         state = {"offset": offset, "resumed_from": offset, "fd": None}
         chunk = self.chunk_size
@@ -822,7 +762,7 @@ class Fetcher:
                 if self.result["attempts"] > 1 and before:
                     self.result["resumes"] += 1
                 try:
-                    self._attempt(opener, hasher, state)
+                    self._attempt(client, hasher, state)
                     break
                 except _Retryable as e:
                     # Progress is new bytes past the furthest point reached before, and enough of them:

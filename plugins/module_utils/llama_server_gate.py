@@ -263,7 +263,8 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
     start = clock()
     deadline = start + timeout
     while True:
-        code, body = ep.call('/health', timeout=HEALTH_REQUEST_TIMEOUT)
+        # one request may not outlast the step: a peer dripping bytes ends with the step's own deadline
+        code, body = ep.call('/health', timeout=max(1.0, min(HEALTH_REQUEST_TIMEOUT, deadline - clock())))
         if code == 200:
             out['health_seconds'] = round(clock() - start, 1)
             break

@@ -15,7 +15,7 @@ description:
   - POSTs one C(/v1/chat/completions) request (O(model), one user message O(prompt), O(max_tokens), temperature 0)
     and returns the answer; fails naming the HTTP status and the body when the endpoint does not answer 200.
   - The deploy's report asks it for the completion it shows. It uses the collection's own endpoint client
-    (Python's urllib, no proxy from the environment) instead of C(ansible.builtin.uri), whose TLS stack costs
+    (C(module_utils/http_client.py), no proxy from the environment) instead of C(ansible.builtin.uri), whose TLS stack costs
     ~0.5 s per call on a plain-http endpoint on the host itself.
   - In check mode it sends nothing and reports what it would ask.
 extends_documentation_fragment:
@@ -36,7 +36,9 @@ options:
     type: int
     default: 16
   timeout:
-    description: Seconds to wait for the answer.
+    description:
+      - Seconds the whole request may take - connecting, sending, the headers and the body together (not per socket
+        read, so a peer sending a byte at a time cannot hold it longer).
     type: float
     default: 120
 seealso:
@@ -68,7 +70,9 @@ completion_tokens:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import ENDPOINT_ARGUMENT_SPEC, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import (
+    ENDPOINT_ARGUMENT_SPEC, Endpoint, endpoint_problem)
+from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import redact, url_credentials
 
 
 def main():
@@ -79,16 +83,24 @@ def main():
                 timeout=dict(type='float', default=120))
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
+    for secret in url_credentials(p['url']):    # never in the invocation or the message
+        module.no_log_values.add(secret)
+    problem = endpoint_problem(p['url'], p['api_key'])
+    if problem:
+        module.fail_json(msg='chat_completion: %s. Nothing was sent' % problem)
+    if p['timeout'] <= 0:
+        module.fail_json(msg='chat_completion: timeout=%s: seconds, above 0. Nothing was sent' % p['timeout'])
     url = p['url'].rstrip('/')
+    shown = redact(url)
     if module.check_mode:
         module.exit_json(changed=False, msg='would POST %s/v1/chat/completions (model %s, %d tokens at the most)'
-                         % (url, p['model'], p['max_tokens']))
+                         % (shown, p['model'], p['max_tokens']))
     payload = {'model': p['model'], 'messages': [{'role': 'user', 'content': p['prompt']}],
                'max_tokens': p['max_tokens'], 'temperature': 0}
     status, body = Endpoint(url, p['api_key'], p['timeout']).call('/v1/chat/completions', payload)
     if status != 200:
         module.fail_json(msg='POST %s/v1/chat/completions (model %s) answered %s: %s'
-                         % (url, p['model'], 'HTTP %d' % status if status > 0 else 'nothing', body[:500]),
+                         % (shown, p['model'], 'HTTP %d' % status if status > 0 else 'nothing', body[:500]),
                          status=status)
     try:
         answer = module.from_json(body)
@@ -96,7 +108,7 @@ def main():
         tokens = int(answer.get('usage', {}).get('completion_tokens', 0))
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         module.fail_json(msg='POST %s/v1/chat/completions answered 200 with no completion (%s): %s'
-                         % (url, exc, body[:500]))
+                         % (shown, exc, body[:500]))
     module.exit_json(changed=False, json=answer, content=content, completion_tokens=tokens)
 
 

@@ -47,7 +47,13 @@ description:
     The bearer token is sent only to the origin of O(url), not to a redirect
     target on another host (the Hub redirects to a signed CDN URL).
   - Every redirect is held to the policy O(url) passed (http or https, a host, no
-    https to http downgrade); one that fails it is refused, not followed.
+    https to http downgrade); one that fails it is refused, not followed. A link-local
+    address (C(169.254.0.0/16), C(fe80::/10), where cloud metadata services answer) is never fetched, and a
+    redirect from a public host to a loopback or private address is refused (a private mirror
+    named in O(url) itself is fine). The connection goes to the address that was checked.
+  - Credentials in O(url) (C(user:password@)) and a O(token) with surrounding whitespace (a
+    trailing newline from a YAML C(|) block) or a control character are refused by name before
+    anything is sent, without showing them.
   - A fetch always ends. An attempt that receives less than 16 KiB in any O(timeout) seconds
     is cut off as too slow and retried (a server dribbling bytes); progress is new bytes past the furthest byte an earlier
     attempt reached (a server restarting every range at byte 0 makes none), a
@@ -86,7 +92,8 @@ options:
     required: true
   token:
     description:
-      - "Bearer token for gated repositories, sent as C(Authorization: Bearer <token>)."
+      - "Bearer token for gated repositories, sent as C(Authorization: Bearer <token>), only to the origin of O(url).
+        Never logged (C(no_log)); one with surrounding whitespace or a control character is refused unshown."
     type: str
   verify:
     description:
@@ -112,9 +119,10 @@ options:
     default: 2.0
   timeout:
     description:
-      - Seconds to wait for a connection or for the next byte before the attempt
-        counts as stalled and is retried; an attempt that receives less than 16 KiB in
-        any such period counts as stalled too.
+      - Seconds an attempt has for the connection, the redirects and the answer's headers together
+        (a server sending its headers a byte at a time is cut off), and for the next byte of the body
+        before the attempt counts as stalled and is retried; an attempt that receives less than 16 KiB in
+        any such period counts as stalled too. Bytes received before a stall or a reset are kept.
     type: float
     default: 30.0
   trash_dir:
@@ -358,6 +366,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, Fetcher, fetch
+from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import url_credentials
 
 
 def ensure_directories(module, directories):
@@ -424,6 +433,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    for secret in url_credentials(p["url"]) + ([p["token"].strip()] if (p["token"] or "").strip() else []):
+        module.no_log_values.add(secret)    # refused below; never in the invocation or a message
     args = (p["url"], p["dest"], p["size"], p["sha256"])
     kwargs = dict(
         token=p["token"], verify=p["verify"], retries=p["retries"],

@@ -83,7 +83,10 @@ options:
     type: int
     default: 64
   request_timeout:
-    description: Seconds for each generation request.
+    description:
+      - Seconds for each generation request, the whole request (connect, headers and body together, not per socket
+        read). Each C(/health) request has at most 10 s and never outlasts RV(health_timeout); C(/v1/models),
+        C(/props) and C(/metrics) 30 s each; no answer may be longer than 16 MiB.
     type: int
     default: 120
 notes:
@@ -210,6 +213,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import endpoint_problem
+from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import url_credentials
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import SECRET_KEYS, LlamaEnvError, read_env_file
 
 D = lg.DEFAULTS
@@ -255,6 +260,14 @@ def main():
     for name in SECRET_KEYS:               # an error body that echoes a secret is scrubbed from the result
         if env.get(name):
             module.no_log_values.add(env[name])
+            if env[name].strip():
+                module.no_log_values.add(env[name].strip())
+    for secret in url_credentials(expect['base']):
+        module.no_log_values.add(secret)
+    problem = endpoint_problem(expect['base'], key)
+    if problem:
+        module.fail_json(msg='llama_server_gate (%s): %s (from %s). Nothing was checked.'
+                         % (p['label'], problem.replace('api_key', 'LLAMA_API_KEY'), p['env_file']), **EMPTY)
     checks = lg.planned_checks(expect, p['service'], timeout)
     base = dict(EMPTY, expected=expect, health_timeout=timeout, payload_bytes=size, checks=checks,
                 env_problems=env_problems)

@@ -29,11 +29,23 @@ only on the first request for that fault+file(+query) and serve clean afterwards
                     (with ignore-range: restarts from 0, each time a little further)
     bad-length      send a malformed Content-Length ("12abc")
     lie-total-N     claim the file has N bytes (Content-Range total, 200 Content-Length)
+    drip-MS         send every byte of the answer (status line, headers, body) MS milliseconds
+                    apart: a peer no per-read timeout ever catches
+    reset-every-N   send N body bytes of this response, then reset the connection (RST, not FIN)
+    endless         answer 200 with no Content-Length and a body that never ends
+    endless-chunked the same, chunked
+    length-N        send "Content-Length: N" whatever the body is (the connection stays open)
+    redirect-host-H 302 to http://H:<this port>/<same path> (H: 169.254.169.254, [fe80::1], 10.0.0.1 ...)
+    redirect-chain-N  302 to the same path with redirect-chain-(N-1); redirect-chain-0 serves
     404             answer 404
     500             answer 500 (every time; "500-once": only the first time)
     <3-digit code>  answer that status with an empty body (e.g. 503-once)
 
-Protocol: GET and HEAD; Accept-Ranges: bytes; a single "bytes=" range
+A server started with faults="..." applies them to every path without a /_fault/ prefix (a whole
+llama-server stand-in that drips: the root holds files named health, props, v1/models ...);
+faults={path: "..."} to those paths only.
+
+Protocol: GET, HEAD and POST (the request body is read and ignored; the answer is the file); Accept-Ranges: bytes; a single "bytes=" range
 (a-b, a-, -n) answers 206 with Content-Range; an unsatisfiable range answers
 416 with "Content-Range: bytes */size"; several ranges are ignored (200,
 which RFC 9110 allows). If-Range with a non-matching ETag serves the whole
@@ -52,9 +64,11 @@ Python: server, port = serve(root, port=0, token=None)   # runs in a thread
 import argparse
 import email.utils
 import http.server
+import io
 import os
 import re
 import socket
+import struct
 import sys
 import threading
 import time
@@ -75,6 +89,12 @@ _FAULT_RE = re.compile(
     r"|(?P<grow>drop-grow-(?P<grow_n>\d+))"
     r"|(?P<badlen>bad-length)"
     r"|(?P<lie>lie-total-(?P<lie_n>\d+))"
+    r"|(?P<drip>drip-(?P<drip_ms>\d+))"
+    r"|(?P<reset>reset-every-(?P<reset_n>\d+))"
+    r"|(?P<endless>endless(?P<endless_chunked>-chunked)?)"
+    r"|(?P<length>length-(?P<length_n>\d+))"
+    r"|(?P<rhost>redirect-host-(?P<rhost_h>[A-Za-z0-9.:\[\]-]+?))"
+    r"|(?P<chain>redirect-chain-(?P<chain_n>\d+))"
     r"|(?P<status>[1-5]\d\d))"
     r"(?P<once>-once)?$"
 )
@@ -115,6 +135,18 @@ def parse_faults(spec):
             f.update(kind="bad-length")
         elif m.group("lie"):
             f.update(kind="lie-total", n=int(m.group("lie_n")))
+        elif m.group("drip"):
+            f.update(kind="drip", seconds=int(m.group("drip_ms")) / 1000.0)
+        elif m.group("reset"):
+            f.update(kind="reset", n=int(m.group("reset_n")))
+        elif m.group("endless"):
+            f.update(kind="endless", chunked=bool(m.group("endless_chunked")))
+        elif m.group("length"):
+            f.update(kind="length", n=int(m.group("length_n")))
+        elif m.group("rhost"):
+            f.update(kind="redirect-host", host=m.group("rhost_h"))
+        elif m.group("chain"):
+            f.update(kind="redirect-chain", n=int(m.group("chain_n")))
         else:
             f.update(kind="status", code=int(m.group("status")))
         faults.append(f)
@@ -150,7 +182,10 @@ class RangeHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, addr, root, token=None, quiet=True):
+    def __init__(self, addr, root, token=None, quiet=True, faults=""):
+        for spec in (faults.values() if isinstance(faults, dict) else [faults]):
+            parse_faults(spec)
+        self.default_faults = faults
         self.root = os.path.realpath(root)
         self.token = token
         self.quiet = quiet
@@ -166,6 +201,12 @@ class RangeHTTPServer(http.server.ThreadingHTTPServer):
         self.stop_event.set()
         self.shutdown()
         self.server_close()
+
+    def handle_error(self, request, client_address):
+        # a client that hung up (or reset) between requests is not the server's error
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, socket.timeout)):
+            return
+        super().handle_error(request, client_address)
 
     def claim_once(self, key):
         """True the first time key is claimed (a -once fault fires), False after."""
@@ -190,6 +231,27 @@ class _Dropped(Exception):
     pass
 
 
+class _DripWriter:
+    """wfile that sends one byte at a time, `seconds` apart (the drip fault)."""
+
+    def __init__(self, raw, seconds, stop):
+        self.raw, self.seconds, self.stop = raw, seconds, stop
+        self.closed = False
+
+    def write(self, data):
+        for i in range(len(data)):
+            self.raw.write(bytes(data[i:i + 1]))
+            if self.stop.wait(self.seconds):
+                raise _Dropped()
+        return len(data)
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
 class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "dankfleet-range-http/1"
@@ -199,6 +261,7 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
 
     _entry = None
+    _was_reset = False
 
     def send_response(self, code, message=None):
         # The status is logged as it goes out, so it is in the log before the
@@ -212,6 +275,31 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self._serve(head=False)
+
+    def do_POST(self):
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        if length:
+            self.rfile.read(min(length, 1 << 20))
+        self._serve(head=False)
+
+    def _reset(self):
+        """Close with an RST (SO_LINGER 0) instead of a FIN: the client sees ECONNRESET."""
+        try:
+            self.wfile.flush()
+        except OSError:
+            pass
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for f in (self.wfile, self.rfile):
+            try:
+                f.close()
+            except OSError:
+                pass
+        self.connection.close()
+        self._was_reset = True
+        raise _Dropped()
 
     # -- helpers ---------------------------------------------------------
     def _plain(self, code, text, extra=None):
@@ -241,23 +329,38 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
         # (recording it when the handler ends raced a client that hung up).
         self._entry = entry
         self.server.record(entry)
+        wfile = self.wfile
         try:
             self._answer(head, entry)
         except (_Dropped, BrokenPipeError, ConnectionResetError, socket.timeout):
             self.close_connection = True
+        finally:
+            # after a reset the streams are closed: the handler's own flush and close then touch stand-ins
+            self.wfile = io.BytesIO() if self._was_reset else wfile
+            if self._was_reset:
+                self.rfile = io.BytesIO()
 
     def _answer(self, head, entry):
         split = urllib.parse.urlsplit(self.path)
         raw = urllib.parse.unquote(split.path)
         faults = []
+        spec = None
         if raw.startswith(FAULT_PREFIX):
             spec, _, rest = raw[len(FAULT_PREFIX):].partition("/")
+            raw = "/" + rest
+        elif isinstance(self.server.default_faults, dict):
+            spec = self.server.default_faults.get(raw)
+        elif self.server.default_faults:
+            spec = self.server.default_faults
+        if spec:
             entry["fault"] = spec
             try:
                 faults = parse_faults(spec)
             except FaultSpecError as e:
                 return self._plain(400, str(e))
-            raw = "/" + rest
+        for f in faults:
+            if f["kind"] == "drip":
+                self.wfile = _DripWriter(self.wfile, f["seconds"], self.server.stop_event)
         # A "-once" fault fires only on the first request for that fault+file
         # (+query: a test can add ?anything to get a fresh "once").
         once_key = raw + ("?" + split.query if split.query else "")
@@ -280,6 +383,15 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
                 loc = ("file:///etc/passwd" if f["scheme"] == "file"
                        else "%s://%s%s" % (f["scheme"], host, urllib.parse.quote(raw)))
                 return self._plain(302, "moved", {"Location": loc})
+            if f["kind"] == "redirect-host":
+                loc = "http://%s:%d%s" % (f["host"], self.server.server_address[1], urllib.parse.quote(raw))
+                return self._plain(302, "moved", {"Location": loc})
+            if f["kind"] == "redirect-chain" and f["n"] > 0:
+                rest = [g["spec"] for g in faults if g is not f]
+                nxt = ",".join(["redirect-chain-%d" % (f["n"] - 1)] + rest)
+                return self._plain(302, "moved", {"Location": "%s%s%s" % (FAULT_PREFIX, nxt, urllib.parse.quote(raw))})
+            if f["kind"] == "endless":
+                return self._endless(f["chunked"], entry)
             if f["kind"] == "status":
                 self.close_connection = True
                 return self._plain(f["code"], "injected fault %s" % f["spec"],
@@ -325,6 +437,8 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
                              email.utils.formatdate(st.st_mtime, usegmt=True))
             if "bad-length" in kinds:
                 self.send_header("Content-Length", "12abc")
+            elif "length" in kinds:
+                self.send_header("Content-Length", str(kinds["length"]["n"]))
             elif "lie-total" in kinds and code == 200:
                 self.send_header("Content-Length", str(claimed))
             else:
@@ -341,8 +455,26 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             self._send_faulty(fh, start, length, size, kinds, entry)
             return code
 
+    def _endless(self, chunked, entry):
+        """200 and a body that never ends, until the client hangs up or the server stops."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        block = b"{" + b" " * 65534 + b"\n"
+        while not self.server.stop_event.is_set():
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block) if chunked else block)
+            entry["sent"] += len(block)
+        raise _Dropped()
+
     def _send_faulty(self, fh, start, length, size, kinds, entry):
         drop = kinds.get("drop")
+        if kinds.get("reset") is not None:
+            drop = {"n": kinds["reset"]["n"], "reset": True}
         stall = kinds.get("stall")
         rate = kinds.get("rate")
         wrong = kinds.get("wrong-bytes")
@@ -378,6 +510,8 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
                 ahead = sent / rate["n"] - (time.monotonic() - t0)
                 if ahead > 0 and self.server.stop_event.wait(ahead):
                     raise _Dropped()
+        if sent < length and drop is not None and drop.get("reset"):
+            self._reset()
         if sent < length:
             # drop-after: the client was promised Content-Length bytes; cut it off.
             try:
@@ -387,9 +521,12 @@ class RangeRequestHandler(http.server.BaseHTTPRequestHandler):
             raise _Dropped()
 
 
-def serve(root, port=0, token=None, host="127.0.0.1", quiet=True):
-    """Start a server in a daemon thread; return (server, port). Stop: server.close()."""
-    server = RangeHTTPServer((host, port), root, token=token, quiet=quiet)
+def serve(root, port=0, token=None, host="127.0.0.1", quiet=True, faults=""):
+    """Start a server in a daemon thread; return (server, port). Stop: server.close().
+
+    faults: applied to every path without a /_fault/ prefix (a whole misbehaving server), or
+    {path: faults} for some paths only ({"/v1/chat/completions": "drip-500"})."""
+    server = RangeHTTPServer((host, port), root, token=token, quiet=quiet, faults=faults)
     t = threading.Thread(target=server.serve_forever, name="range-http", daemon=True)
     t.start()
     return server, server.server_address[1]
