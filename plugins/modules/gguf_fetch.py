@@ -354,6 +354,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, Fetcher, fetch
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_dir
 
 
 def ensure_directories(module, directories):
@@ -365,10 +366,16 @@ def ensure_directories(module, directories):
         if os.path.lexists(d["path"]) and not os.path.isdir(d["path"]):
             module.fail_json(msg="directories: %s exists and is not a directory: move it aside or point the "
                                  "directory elsewhere. Nothing was changed" % d["path"], directories=[])
+        try:  # no link below a directory another user can write, no file where a directory belongs
+            found = open_dir(os.path.normpath(d["path"]), "directories item", must_exist=False)
+        except FileRefused as e:
+            module.fail_json(msg="directories: %s. Nothing was changed" % e, directories=[])
+        if found is not None:
+            found.close()
     out = []
     for d in directories:
         path = os.path.normpath(d["path"])
-        attrs = dict(owner=d.get("owner"), group=d.get("group"), mode=d.get("mode"), follow=True)
+        attrs = dict(owner=d.get("owner"), group=d.get("group"), mode=d.get("mode"), follow=False)
         missing = []
         cur = path
         while not os.path.lexists(cur):
@@ -379,9 +386,9 @@ def ensure_directories(module, directories):
             entry.update(state="would_create", changed=True)
         elif missing:
             for p in reversed(missing):
-                try:
-                    os.mkdir(p)
-                except OSError as e:
+                try:  # made relative to its opened parent, never through a link
+                    open_dir(p, "directories item", create_mode=0o755).close()
+                except (FileRefused, OSError) as e:
                     module.fail_json(msg="directories: could not create %s: %s" % (p, to_native(e)), directories=out)
                 module.set_fs_attributes_if_different(module.load_file_common_arguments(attrs, path=p), True)
             entry.update(state="created", changed=True)
