@@ -139,6 +139,11 @@ def _open_read_fd(path, what, max_bytes, follow, dir_fd=None):
     return fd
 
 
+def open_read_fd(path, what="file", max_bytes=None, follow=True, dir_fd=None):
+    """A non-blocking O_RDONLY descriptor of the regular file at path (read it with read_fd), or FileRefused."""
+    return _open_read_fd(path, what, max_bytes, follow, dir_fd)
+
+
 def _set_blocking(fd):
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
