@@ -208,9 +208,12 @@ class ProgressLog:
         self._fh = None
         if path:
             # O_APPEND|O_NOFOLLOW, a regular file with one link: never a FIFO (blocks) or a link (root writes elsewhere)
-            d, name = open_parent(os.path.abspath(path), "progress log", create_mode=0o755)
-            with d:
-                fd = d.open_existing_or_new(name, "progress log", append=True)
+            try:
+                d, name = open_parent(os.path.abspath(path), "progress log", create_mode=0o755)
+                with d:
+                    fd = d.open_existing_or_new(name, "progress log", append=True)
+            except FileRefused as e:
+                raise FetchError("progress_log %s. Nothing was downloaded" % e)
             self._fh = os.fdopen(fd, "a", buffering=1)
 
     def line(self, text):
@@ -519,7 +522,7 @@ class Fetcher:
                 st = os.lstat(path) if path else None
             except OSError:
                 continue
-            if st is not None and (stat.S_ISDIR(st.st_mode) != want_dir or stat.S_ISLNK(st.st_mode)):
+            if st is not None and not (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)):
                 raise FetchError("%s %s is %s, not %s: move it aside or point %s elsewhere. Nothing was changed"
                                  % (what, path, file_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file",
                                     "a directory" if want_dir else "a regular file", what))

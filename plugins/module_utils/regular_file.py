@@ -29,12 +29,13 @@ The answers, each in one function here:
   content is); a read that would block (EAGAIN on a kernel file) is refused, never waited for;
   text that is not UTF-8 is refused naming the path and the byte offset.
 * Writes go through an opened directory (SafeDir): every component of its path is opened with
-  ``O_NOFOLLOW|O_DIRECTORY`` relative to the one before; a link is followed only while every
-  directory so far is trusted (owned by root or by us, writable by nobody else, or sticky with
-  the link owned by root or us) - below a directory another user can write, a link is refused
-  by name. Inside it, names are used relative to the descriptor (``dir_fd``): a new file is a
-  temporary ``O_CREAT|O_EXCL|O_NOFOLLOW`` file, written, fsynced, renamed over the target with
-  ``os.replace`` in the same directory, and the directory fsynced; an existing file written in
+  ``O_NOFOLLOW|O_DIRECTORY`` relative to the one before; a link is followed only where nobody else
+  can have put it - in a directory owned by root or us that nobody else can write, or our own link
+  in a sticky one such as /tmp - and below a directory another user can write, a link is refused
+  by name (that directory and everything below it is "foreign"). Inside it, names are used
+  relative to the descriptor (``dir_fd``): a new file is a temporary ``O_CREAT|O_EXCL|O_NOFOLLOW``
+  file, written, fsynced, renamed over the target with ``os.replace`` in the same directory, and
+  the directory fsynced; an existing file written in
   place (a download's .part, a log) is opened ``O_NOFOLLOW|O_NONBLOCK``, must be a regular file
   with one link, and is never truncated by the open.
 * Names are checked before anything changes: one component, no NUL, not ``.`` or ``..``, and
@@ -177,7 +178,7 @@ def read_fd(fd, path, what, max_bytes):
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     while True:
         try:
-            data = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
+            data = os.read(fd, _READ_CHUNK)  # whole chunks: some kernel files take only aligned reads
         except BlockingIOError:
             raise FileRefused(path, "would block (a kernel file that waits for new data, not a file with content): "
                                     "not a %s" % what, errno.EAGAIN)
@@ -245,11 +246,22 @@ def check_name(name, what="file name", reserve=0):
 
 # ------------------------------------------------------------------------ directories
 
-def _trusted(st, euid):
-    """True when nobody but root or us can change what this directory's names point to."""
-    if st.st_uid not in (0, euid):
-        return False
-    return not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+TRUSTED, STICKY, FOREIGN = "trusted", "sticky", "foreign"
+
+
+def _dir_state(st, euid, parent_state):
+    """How far a directory's names can be trusted, given its parent's state.
+
+    trusted: owned by root or us and writable by nobody else, below trusted or sticky directories (an entry
+    of ours in a sticky directory cannot be renamed or replaced by anyone else). sticky: like /tmp, owned by
+    root or us, writable by all, sticky: only our own links in it are followed. foreign: anything else, and
+    everything below it - no link is followed there.
+    """
+    if parent_state == FOREIGN or st.st_uid not in (0, euid):
+        return FOREIGN
+    if not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return TRUSTED
+    return STICKY if st.st_mode & stat.S_ISVTX else FOREIGN
 
 
 def _owner_name(uid):
@@ -350,7 +362,10 @@ class SafeDir:
         if old is not None and stat.S_ISDIR(old.st_mode):
             raise FileRefused(path, "is a directory where a file belongs: move it aside", errno.EISDIR)
         tmp = ".%s.%s.tmp" % (name[:NAME_MAX - 30], os.urandom(6).hex())
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=self.fd)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=self.fd)
+        except OSError as exc:
+            raise FileRefused(path, "cannot write in %s: %s" % (self.path, _cause(exc)), exc.errno or errno.EIO)
         try:
             try:
                 view = memoryview(data)
@@ -364,11 +379,14 @@ class SafeDir:
             finally:
                 os.close(fd)
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException:
+        except BaseException as exc:
             try:
                 os.unlink(tmp, dir_fd=self.fd)
             except OSError:
                 pass
+            if isinstance(exc, OSError) and not isinstance(exc, FileRefused):
+                raise FileRefused(path, "cannot write: %s; the old file is untouched" % _cause(exc),
+                                  exc.errno or errno.EIO)
             raise
         if fsync:
             self.fsync()
@@ -393,42 +411,43 @@ def _split(path):
     return [p for p in path.split("/") if p and p != "."]
 
 
+def _open_root():
+    fd = os.open("/", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    return fd, os.fstat(fd)
+
+
 def open_dir(path, what="directory", create_mode=None, must_exist=True):
     """SafeDir for the absolute directory path, walked component by component without trusting links.
 
-    A link is followed only while every directory above it is trusted (see the module docstring);
-    below a directory another user can write, a link is refused naming the link and that owner.
+    A link is followed only where nobody else can have put it (see _dir_state); below a directory another
+    user can write, a link is refused naming the link and that directory's owner.
     create_mode: make missing components (mkdir relative to the parent, then opened O_NOFOLLOW).
     must_exist=False: None when a component is missing (and create_mode is None).
     """
-    if not isinstance(path, str) or not os.path.isabs(path):
+    if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
         raise FileRefused(str(path), "%s must be an absolute path" % what, errno.EINVAL)
     euid = os.geteuid()
     todo = _split(path)
     done = []
     hops = 0
-    fd = os.open("/", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
-    st = os.fstat(fd)
-    trusted = _trusted(st, euid)
-    foreign = None
+    fd, st = _open_root()
+    state = _dir_state(st, euid, TRUSTED)
+    foreign = st.st_uid if state == FOREIGN else None
     try:
         while todo:
             comp = todo.pop(0)
             here = "/" + "/".join(done)
             if comp == "..":
-                # '..' of an opened directory is taken literally only along a trusted walk
-                if not trusted:
+                if state == FOREIGN:
                     raise FileRefused(path, "'..' below %s, which %s can write: give the path without '..'"
-                                      % (here, _owner_name(st.st_uid)), errno.EPERM)
-                done = done[:-1]
-                os.close(fd)
-                todo = done + todo
+                                      % (here, _owner_name(foreign)), errno.EPERM)
+                todo = done[:-1] + todo
                 done = []
-                fd = os.open("/", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
-                st = os.fstat(fd)
-                trusted = _trusted(st, euid)
-                foreign = None
+                os.close(fd)
+                fd, st = _open_root()
+                state = _dir_state(st, euid, TRUSTED)
                 continue
+            full = os.path.join(here, comp)
             try:
                 lst = os.stat(comp, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
@@ -436,21 +455,18 @@ def open_dir(path, what="directory", create_mode=None, must_exist=True):
                     if not must_exist:
                         os.close(fd)
                         return None
-                    raise FileRefused(os.path.join(here, comp), "does not exist (the %s %s needs it)" % (what, path),
-                                      errno.ENOENT)
+                    raise FileRefused(full, "does not exist (the %s %s needs it)" % (what, path), errno.ENOENT)
                 try:
                     os.mkdir(comp, create_mode, dir_fd=fd)
                 except FileExistsError:
                     pass
                 except OSError as exc:
-                    raise FileRefused(os.path.join(here, comp), "cannot create: %s" % _cause(exc), exc.errno)
+                    raise FileRefused(full, "cannot create: %s" % _cause(exc), exc.errno)
                 lst = os.stat(comp, dir_fd=fd, follow_symlinks=False)
-            except NotADirectoryError:
-                raise FileRefused(here, "is not a directory (the %s %s is below it)" % (what, path), errno.ENOTDIR)
-            full = os.path.join(here, comp)
+            except OSError as exc:
+                raise FileRefused(full, "cannot look it up: %s" % _cause(exc), exc.errno)
             if stat.S_ISLNK(lst.st_mode):
-                sticky_ok = bool(st.st_mode & stat.S_ISVTX) and lst.st_uid in (0, euid) and st.st_uid in (0, euid)
-                if not (trusted or sticky_ok):
+                if not (state == TRUSTED or (state == STICKY and lst.st_uid in (0, euid))):
                     raise FileRefused(full, "is a symbolic link in %s, which %s can write: root does not follow a "
                                             "link another user can change; give the real path of the %s"
                                       % (here, _owner_name(st.st_uid), what), errno.ELOOP)
@@ -458,20 +474,17 @@ def open_dir(path, what="directory", create_mode=None, must_exist=True):
                 if hops > _MAX_LINK_HOPS:
                     raise FileRefused(full, "too many levels of symbolic links", errno.ELOOP)
                 target = os.readlink(comp, dir_fd=fd)
+                todo = _split(target) + todo
                 if target.startswith("/"):
-                    todo = _split(target) + todo
                     done = []
                     os.close(fd)
-                    fd = os.open("/", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
-                    st = os.fstat(fd)
-                    trusted = _trusted(st, euid)
-                    foreign = None
-                else:
-                    todo = _split(target) + todo
+                    fd, st = _open_root()
+                    state = _dir_state(st, euid, TRUSTED)
                 continue
             if not stat.S_ISDIR(lst.st_mode):
                 raise FileRefused(full, "is %s, not a directory: the %s %s must be a directory"
-                                  % (file_kind(lst.st_mode), what, path), errno.ENOTDIR)
+                                  % (file_kind(lst.st_mode) if not stat.S_ISREG(lst.st_mode) else "a file", what,
+                                     path), errno.ENOTDIR)
             try:
                 nfd = os.open(comp, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
@@ -480,11 +493,11 @@ def open_dir(path, what="directory", create_mode=None, must_exist=True):
             fd = nfd
             st = os.fstat(fd)
             done.append(comp)
-            if not _trusted(st, euid):
-                trusted = False
-                if foreign is None:
-                    foreign = st.st_uid
-        return SafeDir(fd, "/" + "/".join(done), st, foreign)
+            new_state = _dir_state(st, euid, state)
+            if new_state == FOREIGN and state != FOREIGN:
+                foreign = st.st_uid
+            state = new_state
+        return SafeDir(fd, "/" + "/".join(done), st, foreign if state == FOREIGN else None)
     except BaseException:
         os.close(fd)
         raise
