@@ -99,7 +99,13 @@ def _cause(exc):
     return exc.strerror or str(exc)
 
 
-def _refuse_open_error(path, exc, follow):
+def _refuse_open_error(path, exc, follow, dir_fd=None):
+    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP, errno.EISDIR):   # a socket, or a FIFO opened for writing
+        try:
+            mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow).st_mode
+            return FileRefused(path, "is %s, not a regular file" % file_kind(mode), exc.errno)
+        except OSError:
+            pass
     if exc.errno == errno.ELOOP and not follow:
         return FileRefused(path, "is a symbolic link; it is not followed here (a link in this place could point "
                                  "root at any file): replace it with the file itself", errno.ELOOP)
@@ -131,7 +137,7 @@ def _open_read_fd(path, what, max_bytes, follow, dir_fd=None):
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
-        raise _refuse_open_error(path, exc, follow)
+        raise _refuse_open_error(path, exc, follow, dir_fd)
     try:
         _check_regular(fd, path, what, max_bytes)
     except BaseException:

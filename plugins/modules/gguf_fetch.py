@@ -67,6 +67,11 @@ options:
       - Absolute path of the file to create (a relative path is refused). Its directory must exist, or be one of
         O(directories).
       - The download goes to C(<dest>.part) and the stamp to C(<dest>.verified.json).
+      - Its directory may belong to another user (the service user's models directory); every name in it is
+        used relative to the opened directory, and a C(dest), C(.part), C(.lock) or stamp that is a symbolic
+        link, FIFO, socket or directory is refused before anything changes, as is a link among the directory's
+        components below a directory another user can write (see docs/SECURITY.md).
+      - The file name may be at most 241 bytes, so that C(<dest>.verified.json) fits the filesystem's 255.
     type: path
     required: true
   size:
@@ -125,6 +130,7 @@ options:
       - File to append progress lines to (start, resume, retries, bytes, rate, ETA,
         trash moves, the result), for C(tail -f) during a long download.
       - Not written in check mode. Omit for no log.
+      - Absent or a regular file; appended without following a link.
     type: path
   progress_interval:
     description:

@@ -83,7 +83,7 @@ options:
     type: bool
     default: false
   textfile_name:
-    description: File name of the textfile in O(textfile_dir).
+    description: File name of the textfile in O(textfile_dir); one plain name (no C(/), not C(..)), or it is refused.
     type: str
     default: llm_plan_actual.prom
   gpus:
