@@ -63,6 +63,12 @@ _KIND_RE = {"FIFO": r"FIFO|named pipe", "socket": r"a socket",
             "directory": r"directory", "/dev/zero": r"character device", "link to a FIFO": r"FIFO|symbolic link"}
 
 
+def _mkdir(*parts):
+    path = os.path.join(*parts)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def _write(path, data):
     with open(path, "wb") as fh:
         fh.write(data)
@@ -97,7 +103,8 @@ def cases(tmp, base, sha, Case, payload_size):
     # --- not-a-file, per option --------------------------------------------------------------------------
     readers = [
         ("gguf_fetch progress_log", "dankfleet.llm.gguf_fetch",
-         lambda p, n: fetch_args(os.path.join(root, "pl-" + n, "m.gguf"), progress_log=p), r"progress_log .*(%s)"),
+         lambda p, n: fetch_args(os.path.join(_mkdir(root, "pl-" + n), "m.gguf"), progress_log=p),
+         r"progress_log .*(%s)"),
         ("gguf_fetch dest", "dankfleet.llm.gguf_fetch", lambda p, n: fetch_args(p), r"(%s)"),
         ("gguf_info path", "dankfleet.llm.gguf_info", lambda p, n: {"path": p}, r"(%s)"),
         ("gpu_facts nvidia_smi_output_file", "dankfleet.llm.gpu_facts",

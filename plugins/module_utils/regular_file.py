@@ -110,9 +110,9 @@ def _refuse_open_error(path, exc, follow, dir_fd=None):
         return FileRefused(path, "is a symbolic link; it is not followed here (a link in this place could point "
                                  "root at any file): replace it with the file itself", errno.ELOOP)
     if exc.errno == errno.ENOENT:
-        return FileRefused(path, "does not exist", errno.ENOENT)
+        return FileRefused(path, "cannot open: it does not exist", errno.ENOENT)
     if exc.errno == errno.ENOTDIR:
-        return FileRefused(path, "a component of the path is not a directory", errno.ENOTDIR)
+        return FileRefused(path, "cannot open: a component of the path is not a directory", errno.ENOTDIR)
     if exc.errno == errno.ENAMETOOLONG:
         return FileRefused(path, "the name is too long for the filesystem (%s)" % _cause(exc), errno.ENAMETOOLONG)
     return FileRefused(path, "cannot open: %s" % _cause(exc), exc.errno or errno.EIO)
