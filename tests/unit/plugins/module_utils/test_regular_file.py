@@ -337,35 +337,45 @@ def test_plan_actual_textfile_replaces_a_planted_link(tmp_path):
     assert pa.write_textfile(str(tmp_path / "tf"), "x 1\n") == (path, False)
 
 
-def test_the_env_file_readers_agree_on_what_they_refuse(tmp_path):
-    """llama_env.py runs alone on the host too: its fallback reader refuses what the layer refuses."""
-    import importlib.util
-    from ansible_collections.dankfleet.llm.plugins.module_utils import llama_env
-    spec = importlib.util.spec_from_file_location("llama_env_alone", llama_env.__file__)
-    alone = importlib.util.module_from_spec(spec)
-    import builtins
-    real_import = builtins.__import__
-
-    def no_collection(name, *a, **kw):
-        if name.startswith("ansible_collections"):
-            raise ImportError(name)
-        return real_import(name, *a, **kw)
-    builtins.__import__ = no_collection
+PROBE = """
+import json, sys
+import llama_env
+assert 'regular_file' not in (getattr(llama_env.read_text, '__module__', '') or '')
+out = {}
+for path in sys.argv[1:]:
     try:
-        spec.loader.exec_module(alone)
-    finally:
-        builtins.__import__ = real_import
-    assert alone.read_text is not llama_env.read_text
+        out[path] = ['ok', llama_env.read_env_file(path)[0]]
+    except llama_env.LlamaEnvError as exc:
+        out[path] = ['refused', str(exc)]
+print(json.dumps(out))
+"""
+
+
+def test_the_env_file_readers_agree_on_what_they_refuse(tmp_path):
+    """llama_env.py is installed alone beside llama_env_check.py on the host: its stdlib fallback reader
+    refuses what the layer refuses (run as it runs there: its own directory, no collection importable)."""
+    import shutil
+    import subprocess
+    import sys
+    from ansible_collections.dankfleet.llm.plugins.module_utils import llama_env
+    alone = tmp_path / "libexec"
+    alone.mkdir()
+    shutil.copy(llama_env.__file__, str(alone / "llama_env.py"))
+    (alone / "probe.py").write_text(PROBE)
     os.mkfifo(str(tmp_path / "fifo"))
     (tmp_path / "bin").write_bytes(b"A=\xff\n")
     (tmp_path / "ok").write_text("A=1\n")
-    for name in ("fifo", "bin"):
-        for mod in (llama_env, alone):
-            with deadline():
-                with pytest.raises(mod.LlamaEnvError):
-                    mod.read_env_file(str(tmp_path / name))
-    assert llama_env.read_env_file(str(tmp_path / "ok")) == alone.read_env_file(str(tmp_path / "ok"))
-    with deadline():
-        with pytest.raises(llama_env.LlamaEnvError, match="offset 2"):
-            llama_env.read_env_file(str(tmp_path / "bin"))
-    json.dumps(llama_env.read_env_file(str(tmp_path / "ok")))
+    paths = [str(tmp_path / n) for n in ("fifo", "bin", "ok")] + ["/dev/zero", str(tmp_path)]
+    proc = subprocess.run([sys.executable, "-s", "-E", str(alone / "probe.py")] + paths, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=30, universal_newlines=True, cwd=str(alone))
+    assert proc.returncode == 0, proc.stderr
+    there = json.loads(proc.stdout)
+    for path in paths:
+        with deadline():
+            try:
+                here = ["ok", llama_env.read_env_file(path)[0]]
+            except llama_env.LlamaEnvError as exc:
+                here = ["refused", str(exc)]
+        assert here[0] == there[path][0], (path, here, there[path])
+        assert path in here[1] if here[0] == "refused" else here == there[path]
+    assert "offset 2" in there[str(tmp_path / "bin")][1]
