@@ -338,8 +338,8 @@ def test_plan_actual_textfile_replaces_a_planted_link(tmp_path):
 
 
 PROBE = """
-import json, sys
-import llama_env
+import importlib, json, sys
+llama_env = importlib.import_module(sys.argv.pop(1))   # the copy beside this probe, as on the host
 assert 'regular_file' not in (getattr(llama_env.read_text, '__module__', '') or '')
 out = {}
 for path in sys.argv[1:]:
@@ -366,7 +366,7 @@ def test_the_env_file_readers_agree_on_what_they_refuse(tmp_path):
     (tmp_path / "bin").write_bytes(b"A=\xff\n")
     (tmp_path / "ok").write_text("A=1\n")
     paths = [str(tmp_path / n) for n in ("fifo", "bin", "ok")] + ["/dev/zero", str(tmp_path)]
-    proc = subprocess.run([sys.executable, "-s", "-E", str(alone / "probe.py")] + paths, stdout=subprocess.PIPE,
+    proc = subprocess.run([sys.executable, "-s", "-E", str(alone / "probe.py"), "llama_env"] + paths, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=30, universal_newlines=True, cwd=str(alone))
     assert proc.returncode == 0, proc.stderr
     there = json.loads(proc.stdout)
