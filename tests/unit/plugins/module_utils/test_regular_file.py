@@ -379,3 +379,26 @@ def test_the_env_file_readers_agree_on_what_they_refuse(tmp_path):
         assert here[0] == there[path][0], (path, here, there[path])
         assert path in here[1] if here[0] == "refused" else here == there[path]
     assert "offset 2" in there[str(tmp_path / "bin")][1]
+
+
+@root_only
+@pytest.mark.parametrize("kind", ["link", "hardlink", "fifo"])
+def test_gguf_fetch_part_planted_after_the_checks_is_still_never_written(tmp_path, kind):
+    """The race: the service user puts a link at .part between gguf_fetch's checks and its open."""
+    from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_fetch as gf
+    victim = tmp_path / "shadow"
+    victim.write_bytes(b"root:secret\n")
+    d = tmp_path / "models"
+    d.mkdir()
+    os.chown(str(d), NOBODY, NOBODY)
+    f = gf.Fetcher("http://127.0.0.1:9/x.gguf", str(d / "x.gguf"), 10, "0" * 64, retries=0, disk_margin_bytes=0)
+    f._validate()
+    f._dir = rf.open_dir(str(d))
+    part = str(d / "x.gguf.part")
+    {"link": lambda: os.symlink(str(victim), part), "hardlink": lambda: os.link(str(victim), part),
+     "fifo": lambda: os.mkfifo(part)}[kind]()
+    with deadline():
+        with pytest.raises(gf.FetchError, match="x.gguf.part: .*(symbolic link|hard links|FIFO)"):
+            f._open_part()
+    f._dir.close()
+    assert victim.read_bytes() == b"root:secret\n"
