@@ -23,6 +23,7 @@ only device and the planner's single device is compared with it.
     python benchmarks/fit_accuracy.py --set cuda-h200 --smi    # ... against nvidia-smi, per process
     python benchmarks/fit_accuracy.py --set cuda-h200-27b --smi   # the 27B at real scale (issue 19)
     python benchmarks/fit_accuracy.py --set cuda-h200-swa         # sliding window, q8_0 KV (issue 17)
+    python benchmarks/fit_accuracy.py --set cuda-h200-block --smi # 27B + DFlash2/DSpark block drafters (issue 24)
     python benchmarks/fit_accuracy.py --records DIR   # + every plan-vs-actual.json found under DIR
 
 ``--records DIR`` folds the records the llama_server role appends after every passing gate
@@ -59,7 +60,9 @@ SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" /
         # issue 19: the runbook's 27B qwen35 hybrid + MTP at real scale on the H200 (production serve shape)
         "cuda-h200-27b": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-27b",
         # issue 17: a gemma3-like sliding-window model, q8_0 KV at 131072+ under CUDA flash attention
-        "cuda-h200-swa": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-swa"}
+        "cuda-h200-swa": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-swa",
+        # issue 24: the 27B target beside real-size DFlash2-like / DSpark-like block drafters
+        "cuda-h200-block": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-block"}
 EXACT = ("weights", "kv", "recurrent")
 EXACT_BYTES = 1 * MIB
 COMPUTE_REL, COMPUTE_ABS = 0.10, 32 * MIB
@@ -116,6 +119,9 @@ def planner_inputs(fx):
         serve["spec_draft_n_max"] = c["spec_draft_n_max"]
     if c.get("draft_device"):
         serve["draft_device"] = c["draft_device"]
+    for k in ("cache_type_k_draft", "cache_type_v_draft"):
+        if c.get(k):
+            serve[k] = c[k]
     return gpus, serve
 
 
@@ -302,7 +308,11 @@ def smi_rows(fx, facts):
             continue
         pred = plan[dev]["total_bytes"] - plan[dev].get("mmproj_bytes", 0)
         b, ok = check("total", pred, req * MIB)
-        rows.append({"config": fx["id"], "device": dev, "llama_bytes": meas, "smi_load_bytes": load * MIB,
+        # the drafter's compute on this device as its own term (issue 24): planner vs llama.cpp's draft buffers
+        dmeas = fx["measured"]["devices"].get(dev, {}).get("draft", {}).get("compute", 0)
+        dpred = (plan[dev].get("draft_detail") or {}).get("compute_bytes", 0)
+        rows.append({"config": fx["id"], "device": dev, "draft_compute_predicted": dpred,
+                     "draft_compute_measured": dmeas, "llama_bytes": meas, "smi_load_bytes": load * MIB,
                      "smi_request_bytes": req * MIB, "unaccounted_load_bytes": load * MIB - meas,
                      "unaccounted_request_bytes": req * MIB - meas, "predicted": pred,
                      "overhead": plan[dev]["overhead_bytes"], "error": pred - req * MIB, "bound": b, "ok": ok})
@@ -318,12 +328,13 @@ def all_smi_rows(root=FIXTURES):
 
 def print_smi(show, rows):
     w = max([len(r["config"]) for r in show] + [6])
-    print("%-*s %-6s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
-        w, "config", "device", "llama MiB", "smi load", "smi req", "unacc ld", "unacc rq", "pred MiB", "err MiB",
-        "bound", "ok"))
+    print("%-*s %-6s %9s %9s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
+        w, "config", "device", "drft pred", "drft meas", "llama MiB", "smi load", "smi req", "unacc ld", "unacc rq",
+        "pred MiB", "err MiB", "bound", "ok"))
     for r in show:
-        print("%-*s %-6s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
-            w, r["config"], r["device"], _mib(r["llama_bytes"]), _mib(r["smi_load_bytes"]),
+        print("%-*s %-6s %9s %9s %10s %10s %10s %9s %9s %10s %9s %9s %s" % (
+            w, r["config"], r["device"], _mib(r["draft_compute_predicted"]), _mib(r["draft_compute_measured"]),
+            _mib(r["llama_bytes"]), _mib(r["smi_load_bytes"]),
             _mib(r["smi_request_bytes"]), _mib(r["unaccounted_load_bytes"]), _mib(r["unaccounted_request_bytes"]),
             _mib(r["predicted"]), _mib(r["error"]), _mib(r["bound"]), "ok" if r["ok"] else "FAIL"))
     if rows:
@@ -343,7 +354,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fixtures", default=None, help="a fixture dir (default: the --set's)")
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
-                   help="cpu (issue 3), cuda-h200 (issue 9), cuda-h200-27b (issue 19), cuda-h200-swa (issue 17)")
+                   help="cpu (issue 3), cuda-h200 (issue 9), cuda-h200-27b (issue 19), cuda-h200-swa (issue 17), "
+                   "cuda-h200-block (issue 24)")
     p.add_argument("--smi", action="store_true", help="the nvidia-smi table (CUDA fixtures): planner + overhead "
                    "against each process's GPU memory, and the memory beyond llama.cpp's buffers")
     p.add_argument("--failures", action="store_true", help="only rows outside their bound")
@@ -377,6 +389,12 @@ def main(argv=None):
     fails = [r for r in bounded if not r["ok"]]
     print("\n%d configurations, %d bounded rows, %d outside their bound" % (
         len({r["config"] for r in rows}), len(bounded), len(fails)))
+    dc = [r for r in bounded if r["component"] == "draft_compute" and r["measured"]]
+    if dc:
+        # the drafter's compute as its own term (issue 24): its bias and worst relative error apart from the rest
+        print("  drafter compute: %d device rows, mean error %+.2f MiB, worst %+.2f MiB (%.1f %% of measured)" % (
+            len(dc), sum(r["error"] for r in dc) / len(dc) / MIB, max((r["error"] for r in dc), key=abs) / MIB,
+            100.0 * max(abs(r["error"]) / r["measured"] for r in dc)))
     by = {}
     for r in bounded:
         k = r["component"]

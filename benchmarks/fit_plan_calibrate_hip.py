@@ -22,7 +22,7 @@ ROOT = os.path.join(HERE, "..")
 
 GIB = 1024 ** 3
 KEYS = ["device_overhead_bytes", "compute_base_bytes", "act_embd_bytes", "act_ff_bytes", "mask_bytes_per_cell",
-        "logits_ubatch_bytes", "draft_compute_base_bytes", "mmproj_compute_bytes"]
+        "logits_ubatch_bytes", "draft_compute_base_bytes", "draft_block_base_bytes", "mmproj_compute_bytes"]
 # constants the rocm-smi totals cannot separate (no host figures, no per-copy split): held at these values
 HELD = {"pipeline_copies": False, "host_modelled": False, "split_embd_bytes": 0.0, "first_embd_bytes": 0.0, "mask_bytes_per_cell_nofa": 7.75,
         "host_embd_bytes": 0.0, "host_split_embd_bytes": 0.0, "mtp_host_share": 0.5}

@@ -44,7 +44,10 @@ options:
     type: raw
     required: true
   model:
-    description: The target model's facts, the result of M(dankfleet.llm.gguf_info).
+    description:
+      - The target model's facts, the result of M(dankfleet.llm.gguf_info).
+      - A drafter's facts (C(is_drafter) -- a dflash/DSpark, eagle3 or gemma4-assistant file, or an MTP head alone)
+        are refused by name; pass those as O(drafter).
     type: dict
     required: true
   serve:
@@ -90,11 +93,13 @@ options:
         type: str
         default: f16
       flash_attn:
-        description: C(--flash-attn) C(on), C(off) or C(auto) (planned as on).
+        description: C(--flash-attn) C(on), C(off) or C(auto) (planned as on); otherwise a boolean by Ansible's
+          rules (C(true)/C(false), C(yes)/C(no), C(1)/C(0)); anything else is refused by name.
         type: raw
         default: "on"
       kv_unified:
-        description: C(--kv-unified).
+        description: C(--kv-unified). A string is read by Ansible's boolean rules (C("false") is false); anything
+          that is not a boolean by them is refused by name.
         type: bool
         default: false
       spec_type:

@@ -34,6 +34,7 @@ import threading
 import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, read_vram
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import refuse_constant, loads as strict_loads
 
 # Runs inside the transient unit around llama-bench: reports the peak RSS of the bench process
 # and the memlock limit the unit really got, on stderr, after llama-bench has exited.
@@ -146,10 +147,10 @@ def parse_bench_output(text):
         return rows
     if text.startswith('['):
         try:
-            return [r for r in json.loads(text) if isinstance(r, dict)]
+            return [r for r in strict_loads(text) if isinstance(r, dict)]
         except ValueError:
             pass  # a cell that died mid-array: fall through and pick the complete objects out
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_constant=refuse_constant)   # a row with NaN/Infinity is dropped like a garbled one
     pos = 0
     while True:
         start = text.find('{', pos)

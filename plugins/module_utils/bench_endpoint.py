@@ -25,6 +25,7 @@ from urllib.error import HTTPError, URLError
 from urllib.request import ProxyHandler, Request, build_opener
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
 
 
 MIB = 1024 * 1024
@@ -191,6 +192,10 @@ def metric_delta(before, after, series):
     """after - before for one counter; None when either side has no metrics or lacks the series."""
     if before is None or after is None or series not in after:
         return None
+    for side, values in (('after', after), ('before', before)):
+        if not is_finite_number(values.get(series, 0.0)):
+            raise BenchError('/metrics %s: %s is %s, not a count (NaN and infinities are refused)'
+                             % (side, series, values[series]))
     return after[series] - before.get(series, 0.0)
 
 

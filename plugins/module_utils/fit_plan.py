@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """fit_plan: size a llama.cpp layer-split deployment before it is deployed.
 
-Plain Python (no Ansible import): ``plan(gpus, model, serve, drafter=None, mmproj=None,
+Plain Python (one Ansible import, its boolean rules, through strict_values): ``plan(gpus, model, serve, drafter=None, mmproj=None,
 host_ram_bytes=None) -> dict``. ``model``/``drafter``/``mmproj`` are gguf_info facts
 (plugins/module_utils/gguf_facts.py), ``gpus`` a list of ``{name, vram_total_bytes,
 vram_reserved_bytes}`` or gpu_facts' output as is. The filter plugin
@@ -36,6 +36,11 @@ The laws are llama.cpp b11434's, each named where it lives:
   device (the last one).
 * compute buffers: a function of ubatch, context and vocab with per-backend constants in
   ``PROFILES`` below, each documented with where it came from.
+* block drafters (draft-dflash / draft-dspark, src/models/dflash.cpp): the draft context reserves at
+  n_ubatch tokens and the decoder sends every one of them through the lm_head, so the lm_head's device
+  (the target's output device when the drafter shares the target's head) holds full-ubatch f32 logits at
+  the graph's end -- twice for DSpark (``_block_draft_end``); each target layer the drafter extracts keeps
+  its input alive to the target graph's end.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -45,6 +50,8 @@ import math
 import re
 from bisect import bisect_left as _bisect_left
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import DRAFTER_ONLY_ARCHS
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import to_bool
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
     BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES, SPEC_TYPES, model_drafters,
@@ -96,6 +103,7 @@ RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", 
 #                             n_outputs x n_vocab x 4 (b11434 reserves only n_outputs_max rows of logits;
 #                             the runbook's build paid for a full ubatch)
 #   draft_compute_base_bytes  fixed part of a draft context's (MTP or drafter model) compute buffer
+#   draft_block_base_bytes    the same for a block drafter (draft-dflash/-dspark), beside the block-drafter law
 #   mmproj_compute_bytes      the vision encoder's warm-up compute buffer on the mmproj device
 #   draft_overhead_bytes      (optional) runtime memory beyond device_overhead on a device running a drafter
 #                             model's layers; mtp_overhead_bytes the same on the device of an MTP head
@@ -115,6 +123,7 @@ RS_ROLLBACK_ARCHS = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", 
 # the target's layers".
 _CUDA_ONLY_TERMS_OFF = {
     "draft_overhead_bytes": 0,
+    "dflash2_head_overhead_bytes": 0,
     "mtp_overhead_bytes": 0,
     "fa_kv_f16_copy": False,
     "fa_beside_embd_bytes": 0.0,
@@ -137,7 +146,14 @@ PROFILES = {
                   "Effective constants (pipeline_copies false): the mask's 7.75 B per (cell x token) is the total "
                   "over the copies, fitted before the copies law was measured; re-fitting under the law (x4 split, "
                   "x1 pinned drafter) also reaches 0.63 GiB but moves the 393216/MTP balance to 35:30, so the hip "
-                  "profile waits for HIP measurements that separate the two.",
+                  "profile waits for HIP measurements that separate the two. Issue 24: a block drafter (DFlash2, DSpark) "
+                  "is sized by the block-drafter law (its full-ubatch logits on the lm_head's device, measured on "
+                  "CUDA), which replaces for it the two constants this fit had standing in for that term -- "
+                  "draft_compute_base_bytes (551 MiB) and logits_ubatch_bytes (3.5 B per ubatch token x n_vocab) "
+                  "on the drafter's device -- with draft_block_base_bytes (300 MiB) beside the law; the target "
+                  "constants are held. Over the same 38 points: worst residual 0.61 GiB (ab-none, no drafter, as "
+                  "before), the DFlash2-era card-1 figures and the DSpark tables within 0.47 GiB, the MTP "
+                  "recalibration unchanged, the measured balance points 40:25 / 36:29 / 35:30 still found.",
         "pipeline_copies": False,
         "device_overhead_bytes": 300 * MIB,
         "compute_base_bytes": 561 * MIB,
@@ -149,8 +165,11 @@ PROFILES = {
         "mask_bytes_per_cell_nofa": 7.75,       # the fit's value, applied with and without flash attention
         "attn_embd_bytes_nofa": 0.0,
         "attn_gate_bytes_nofa": 0.0,
-        "logits_ubatch_bytes": 3.5,
-        "draft_compute_base_bytes": 551 * MIB,
+        "logits_ubatch_bytes": 3.5,              # the target's (and MTP's, draft-simple's); not a block drafter's
+        "draft_compute_base_bytes": 551 * MIB,   # MTP and draft-simple; a block drafter's is the next one
+        # issue 24: the fixed part of a block drafter's compute beside the block-drafter law (fitted, target
+        # constants held: any value in 150..500 MiB gives the same worst residual, 0.61 GiB on ab-none)
+        "draft_block_base_bytes": 300 * MIB,
         "mmproj_compute_bytes": 37 * MIB,
         "host_modelled": False,                 # the runbook records no host RAM figures
         "host_embd_bytes": 0.0,
@@ -182,6 +201,7 @@ PROFILES = {
         "attn_gate_bytes_nofa": 12.0,
         "logits_ubatch_bytes": 0.0,             # logits are n_outputs_max rows (n_vocab 32768 x 65536 x 128000 alike)
         "draft_compute_base_bytes": 0,
+        "draft_block_base_bytes": 0,            # as compute_base_bytes: no fixed part
         "mmproj_compute_bytes": 0,              # not measured (no mmproj in the matrix)
         "host_modelled": True,
         "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
@@ -207,6 +227,11 @@ PROFILES = {
         # + up to 32 MiB on the device of an MTP head (651.7 MiB), both after the first speculative request
         "draft_overhead_bytes": 100 * MIB,
         "mtp_overhead_bytes": 32 * MIB,
+        # CUDA, issue 24: the device of a DFlash2 drafter's lm_head (its logits and selector run there) shows
+        # 737-796 MiB beyond llama.cpp's buffers after a first drafted completion, 113-172 MiB over the base: the
+        # runtime's pool after the selector's full-vocabulary top-k and the wide injection matmuls; DSpark's head
+        # device 617-696 MiB, inside draft_overhead (tests/fixtures/llamacpp/b11434-cuda-h200-block)
+        "dflash2_head_overhead_bytes": 80 * MIB,
         "compute_base_bytes": 0,                # as cpu: every buffer scales with ubatch (+/- 0.3 MiB)
         # CUDA: a layer's own peak beyond the FFN is 12 x n_embd per token (cpu 8): the dense model's buffers
         # are 4 x n_embd x ubatch above the cpu law at ub 512 and 2048 alike (6.0 / 24.0 MiB)
@@ -237,6 +262,8 @@ PROFILES = {
         "mtp_fa_beside_embd_bytes": 0.0,
         "logits_ubatch_bytes": 0.0,             # as cpu: logits are n_outputs_max rows
         "draft_compute_base_bytes": 0,
+        # issue 24: none beside the block-drafter law (tests/fixtures/llamacpp/b11434-cuda-h200-block)
+        "draft_block_base_bytes": 0,
         "mmproj_compute_bytes": 256 * MIB,      # not measured (no mmproj in the matrix): a conservative prior
         "host_modelled": True,                  # the CUDA_Host compute buffer follows the cpu host law within 1.5 MiB
         "host_embd_bytes": 8.0,
@@ -331,6 +358,14 @@ def _int_field(d, key, where, default=None, minimum=None, required=False):
     return v
 
 
+def _bool_field(d, key, default):
+    """A serve boolean by Ansible's rules ("false", "no", "off", 0 are false); anything else is refused by name."""
+    v = d.get(key)
+    if v is None:
+        return default
+    return to_bool(v, "serve.%s" % key, FitPlanError)
+
+
 def _gpu_list(gpus):
     """Accept a list of gpu dicts or gpu_facts' result ({'gpus': [...]}); drop integrated GPUs."""
     if isinstance(gpus, dict):
@@ -346,7 +381,8 @@ def _gpu_list(gpus):
         where = "gpus[%d]" % i
         if not isinstance(g, dict):
             raise FitPlanError("%s must be a dict with name and vram_total_bytes, got %r" % (where, g))
-        if g.get("integrated") or g.get("hidden"):
+        if any(to_bool(g[k], "%s.%s" % (where, k), FitPlanError) for k in ("integrated", "hidden")
+               if g.get(k) is not None):
             skipped.append(str(g.get("name") or g.get("marketing_name") or "gpus[%d]" % i))
             continue
         name = g.get("name")
@@ -375,6 +411,11 @@ def _check_facts(facts, what):
         raise FitPlanError("%s must be gguf_info facts (a dict), got %s" % (what, type(facts).__name__))
     if facts.get("is_mmproj"):
         raise FitPlanError("%s is an mmproj file (%s); pass it as mmproj=, not %s=" % (what, facts.get("path"), what))
+    if what == "model" and (facts.get("is_drafter") or facts.get("architecture") in DRAFTER_ONLY_ARCHS):
+        raise FitPlanError("model is a drafter GGUF, not a model llama-server can serve (%s: %s); pass the target "
+                           "model's gguf_info as model= and this file as drafter= (llama_server_draft_model_path)"
+                           % (facts.get("path") or "?", facts.get("drafter_reason")
+                              or "architecture %s is a drafter" % facts.get("architecture")))
     for key in ("architecture", "block_count", "layers", "embedding_length"):
         if facts.get(key) in (None, ""):
             raise FitPlanError("%s.%s is missing: pass the result of dankfleet.llm.gguf_info for the %s GGUF"
@@ -444,16 +485,17 @@ def _normalize_serve(serve, model, drafter):
     s["parallel"] = _int_field(serve, "parallel", "serve", default=1, minimum=1)
     s["batch_size"] = _int_field(serve, "batch_size", "serve", default=2048, minimum=1)
     s["ubatch_size"] = _int_field(serve, "ubatch_size", "serve", default=512, minimum=1)
-    s["kv_unified"] = bool(serve.get("kv_unified", False))
+    s["kv_unified"] = _bool_field(serve, "kv_unified", False)
     s["cache_type_k"] = str(serve.get("cache_type_k", "f16") or "f16").lower()
     s["cache_type_v"] = str(serve.get("cache_type_v", "f16") or "f16").lower()
     fa = serve.get("flash_attn", "on")
-    if fa in (True, "on", "auto", "true", 1):
+    if isinstance(fa, str) and fa.strip().lower() == "auto":
         s["flash_attn"] = True
-    elif fa in (False, "off", "false", 0):
-        s["flash_attn"] = False
     else:
-        raise FitPlanError("serve.flash_attn %r: use on, off or auto" % (fa,))
+        try:
+            s["flash_attn"] = to_bool(fa, "serve.flash_attn", FitPlanError)
+        except FitPlanError:
+            raise FitPlanError("serve.flash_attn %r: use on, off or auto (or a boolean by Ansible's rules)" % (fa,))
     st = serve.get("spec_type") or []
     if isinstance(st, str):
         st = [x.strip() for x in st.split(",") if x.strip()]
@@ -631,7 +673,7 @@ GATED_ATTN_ARCHS = ("qwen3next", "qwen35", "qwen35moe")    # attention output ga
 
 
 def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells_swa, first, n_inputs=1,
-                   base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0):
+                   base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0, end_bytes=0):
     """Compute buffer of one context's graph on one device (everything but the logits).
 
     per ub token: act_embd x n_embd + act_ff x n_ff (the layer's own activations: one layer's peak, the
@@ -641,6 +683,12 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
     (cell one stream attends x ub token), full-attention and sliding-window masks apiece; without flash
     attention the KQ matrix 4 x n_head per (cell x token) of the widest mask (one layer at a time) with
     attn_embd_bytes_nofa x n_embd beside it, in place of the FFN's peak when that is the larger.
+
+    end_bytes: what lives at the graph's end, after the last layer freed its activations (a block drafter's
+    full-ubatch logits, see _block_draft_end): a peak of its own in place of the layer's when it is the larger.
+    The split inputs of a pipelined graph (copies > 1) stay allocated beside it; on one copy the KQ mask and the
+    hidden state are freed by then (measured: DSpark on the GPU alone peaks at its logits + result_norm, the
+    256 MiB mask of a 262144-cell context not among them; split over 4 copies the 1 GiB of masks are).
     """
     handed = n_inputs * prof["split_embd_bytes"] * copies * n_embd
     if first and copies > 1:
@@ -662,7 +710,57 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
                   + prof["fa_beside_gate_bytes"] * gate_width)
         layer_total = max(layer_total, fa_kv_f16 + ub * beside)
     mb = prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]
-    return prof[base_key] + ub * handed + layer_total + copies * mb * ub * (cells_full + cells_swa)
+    inputs = ub * handed + copies * mb * ub * (cells_full + cells_swa)
+    if end_bytes and copies == 1:
+        return prof[base_key] + max(inputs + layer_total, end_bytes)
+    return prof[base_key] + inputs + max(layer_total, end_bytes)
+
+
+# Block drafters (draft-dflash / draft-dspark; src/models/dflash.cpp, common/speculative.cpp b11434). The draft
+# context reserves its worst case at n_tokens = min(n_ctx, n_ubatch) (llama-context.cpp sched_reserve) and the
+# decoder projects EVERY token of that ubatch through the lm_head -- it never selects output rows -- so the
+# graph's end holds an f32 [n_vocab, ubatch] logits tensor beside result_norm ([n_embd, ubatch] f32), on the
+# device of the lm_head weight: the drafter's own head, else the target's (shared through ctx_other), i.e. the
+# target's output device. The DSpark path (a Markov head; masked nextn embeddings) reserves a second time once
+# the speculative implementation is set up (215 graph nodes against 179) and that reserve holds two such
+# logits tensors. DFlash2's selector (top-k candidates, the gate, the lattice) adds beside them. Measured on the
+# H200 (tests/fixtures/llamacpp/b11434-cuda-h200-block, fitting rows: f16 at ubatch 512 and 2048, q8_0 at 2048):
+#   DSpark   2 x 4 x n_vocab + 4 x n_embd bytes per ubatch token (within 1 MiB at 512 and 2048)
+#   DFlash2  1 x 4 x n_vocab + 24 x n_embd bytes per ubatch token (result_norm's 4 + 20 of selector work;
+#            residuals -56..+184 MiB at ubatch 2048: f16 KV above q8_0 there by 240 MiB on one copy, not modelled)
+# The graph laws are the ggml allocator's, so every profile uses them; the hip profile's fitted
+# draft_compute_base_bytes and logits_ubatch_bytes stood in for exactly this term and are not added to it.
+BLOCK_DRAFT_LOGITS = {"dspark": 2, "dflash2": 1, "dflash": 1}
+BLOCK_DRAFT_END_EMBD = {"dspark": 4.0, "dflash2": 24.0, "dflash": 4.0}
+# The layers themselves: a block drafter's first device is not handed layer 0's extra pipeline copies (its input
+# is the target's token rows, gathered on the host): measured 36 x n_embd per token below the target's law on the
+# first device of a split DSpark/DFlash2 (ubatch 512..2048). DFlash2's dynamic convolutions (build_dflash2_conv:
+# the per-token tap weights, the padded views, the products) keep 21 x n_embd per token more alive in a layer.
+BLOCK_DRAFT_LAYER_EMBD = {"dspark": 0.0, "dflash2": 21.0, "dflash": 0.0}
+# A pipelined draft (split over devices, 4 copies): 7 x n_embd per token more beside the end peak on the head
+# device (measured -18.5 / -37 / -73 MiB without it at ubatch 512 / 1024 / 2048, DSpark and DFlash2 alike).
+BLOCK_DRAFT_END_PIPE_EMBD = 7.0
+# The target side of a block drafter: llama_set_embeddings_layer_inp on each extract layer makes the target
+# re-reserve with that layer's input [n_embd, ubatch] f32 kept to the graph's end, on the layer's device
+# (measured: +40 MiB at ubatch 512 on the GPU alone, the five extract layers of the 27B target).
+EXTRACT_EMBD_BYTES = 4.0
+
+
+def _block_draft_kind(dm):
+    d = dm.get("drafter") or {}
+    kind = d.get("kind")
+    if kind in BLOCK_DRAFT_LOGITS:
+        return kind
+    if d.get("markov_head"):
+        return "dspark"
+    return "dflash2" if (d.get("selector_top_k") or dm.get("selector_top_k")) else "dflash"
+
+
+def _block_draft_end(dm, ub, n_vocab, d_embd, copies=1):
+    """Bytes at the end of a block drafter's reserved graph on its lm_head's device (see above)."""
+    kind = _block_draft_kind(dm)
+    embd = BLOCK_DRAFT_END_EMBD[kind] + (BLOCK_DRAFT_END_PIPE_EMBD if copies > 1 else 0.0)
+    return ub * (4 * BLOCK_DRAFT_LOGITS[kind] * n_vocab + embd * d_embd)
 
 
 def _host_mask(prof, fa, ub, copies, cells):
@@ -880,6 +978,11 @@ def _evaluate(c, split, n_ctx_req):
     n_outputs = min(ub, max(n_outputs_max, n_seq))
     n_head = int(m.get("head_count") or 0)
     copies = pipeline_copies(c.n_dev) if prof["pipeline_copies"] else 1
+    extract_on = {}
+    if c.drafter is not None and any(t in BLOCK_DRAFT_TYPES for t in c.model_draft):
+        for il in (c.drafter.get("drafter") or {}).get("target_layers") or []:
+            if 0 <= int(il) < c.n_layer:
+                extract_on[slots[int(il)]] = extract_on.get(slots[int(il)], 0) + 1
     fa = s["flash_attn"]
     gate_width = n_head * int(m.get("key_length") or 0) if m.get("architecture") in GATED_ATTN_ARCHS else 0
     for d in devs:
@@ -891,6 +994,7 @@ def _evaluate(c, split, n_ctx_req):
                               q_width=n_head * int(m.get("key_length") or 0))
         if d["index"] == out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
+        comp += EXTRACT_EMBD_BYTES * c.n_embd * ub * extract_on.get(d["index"], 0)
         d["compute_bytes"] += int(comp)
     kinds_all = set(L["kind"] for L in c.layers[:c.n_layer])
     host = {"weights_bytes": int(m.get("token_embd_bytes") or 0), "draft_weights_bytes": 0,
@@ -903,7 +1007,7 @@ def _evaluate(c, split, n_ctx_req):
 
     # draft-mtp: nextn weights + nextn KV (draft ctx sized from the target's n_ctx) + its compute, on the nextn device
     detail = {}
-    drafter_devs, mtp_devs = set(), set()
+    drafter_devs, mtp_devs, dflash2_head = set(), set(), set()
     if c.mtp and c.n_layer_all > c.n_layer:
         for il in range(c.n_layer, c.n_layer_all):
             L = c.layers[il]
@@ -977,24 +1081,41 @@ def _evaluate(c, split, n_ctx_req):
         detail.setdefault(od_i, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})["weights_bytes"] += int(dm.get("output_bytes") or 0)
         touched.setdefault(od_i, set()).add("out")
         host_draft = int(dm.get("token_embd_bytes") or 0)
-        per_seq = (s["spec_draft_n_max"] + 1) if any(t in BLOCK_DRAFT_TYPES for t in c.model_draft) else 1
+        block = any(t in BLOCK_DRAFT_TYPES for t in c.model_draft)
+        per_seq = (s["spec_draft_n_max"] + 1) if block else 1
         n_out_d = min(ub, n_seq * per_seq)
         # --spec-draft-device pins the drafter to one device: no pipeline copies for its context
         d_copies = pipeline_copies(1 if c.draft_dev is not None else c.n_dev) if prof["pipeline_copies"] else 1
         d_head = int(dm.get("head_count") or n_head)
+        head_dev, end = None, 0
+        if block:
+            # the lm_head's device: the drafter's own head, else the target's output device (ctx_other)
+            head_dev = od_i if (dm.get("drafter") or {}).get("has_output") else out_dev
+            end = _block_draft_end(dm, ub, c.n_vocab, d_embd, d_copies)
+            touched.setdefault(head_dev, set()).add("head")
+            if _block_draft_kind(dm) == "dflash2":
+                dflash2_head.add(head_dev)
+            detail.setdefault(head_dev, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})
         d_kinds = set()
         for di, what in touched.items():
             d_kinds |= what
+            at_end = end if di == head_dev else 0
             if "layer" in what:
-                comp = _graph_compute(prof, fa, ub, d_copies, d_embd, d_ff, d_head,
+                lprof = prof
+                if block:
+                    lprof = dict(prof, act_embd_bytes=prof["act_embd_bytes"]
+                                 + BLOCK_DRAFT_LAYER_EMBD[_block_draft_kind(dm)])
+                comp = _graph_compute(lprof, fa, ub, d_copies, d_embd, d_ff, d_head,
                                       n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
-                                      first=di == dslots[0], base_key="draft_compute_base_bytes",
-                                      fa_kv_f16=d_fa.get(di, 0), q_width=d_head * int(dm.get("key_length") or 0))
+                                      first=di == dslots[0] and not block,
+                                      base_key="draft_block_base_bytes" if block else "draft_compute_base_bytes",
+                                      fa_kv_f16=d_fa.get(di, 0), q_width=d_head * int(dm.get("key_length") or 0),
+                                      end_bytes=at_end)
             else:
                 # a device holding only the drafter's output head runs only the head: its logits (measured:
                 # tests/fixtures/llamacpp/b11434-cuda-h200/dense_g-c65536-np1-ub2048-f16-simple-split-ts31)
-                comp = 0
-            if "out" in what or di == od_i:
+                comp = at_end
+            if not block and ("out" in what or di == od_i):
                 comp += 4 * n_out_d * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
             devs[di]["draft_bytes"] += int(comp)
             detail[di]["compute_bytes"] += int(comp)
@@ -1015,7 +1136,8 @@ def _evaluate(c, split, n_ctx_req):
             else prof["device_overhead_bytes"]
         d["overhead_bytes"] = int(base
                                   + (prof.get("draft_overhead_bytes", 0) if d["index"] in drafter_devs else 0)
-                                  + (prof.get("mtp_overhead_bytes", 0) if d["index"] in mtp_devs else 0))
+                                  + (prof.get("mtp_overhead_bytes", 0) if d["index"] in mtp_devs else 0)
+                                  + (prof.get("dflash2_head_overhead_bytes", 0) if d["index"] in dflash2_head else 0))
         total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
                  + d["compute_bytes"] + d["overhead_bytes"])
         free = g["vram_total_bytes"] - g["vram_reserved_bytes"] - total

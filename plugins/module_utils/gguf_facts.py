@@ -68,6 +68,22 @@ RECURRENT_ARCHS = frozenset(["mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", 
 RS_ROLLBACK_ARCHS = frozenset(["kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
                                "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"])
 DRAFTER_ARCHS = frozenset(["dflash"])
+# Archs that are only ever a drafter (llama-context.cpp: eagle3/dflash need the target's context, ctx_other;
+# gemma4-assistant likewise): a file of one of them is never the served model.
+DRAFTER_ONLY_ARCHS = frozenset(["dflash", "eagle3", "gemma4-assistant"])
+# full_attention_interval when the key is absent (src/models/<arch>.cpp load_arch_hparams)
+DEFAULT_FULL_ATTENTION_INTERVAL = {"qwen35": 4, "qwen35moe": 4, "qwen3next": 4, "qwen4exp": 4, "minimax-01": 8}
+# Per-layer keys llama.cpp reads with get_key_or_arr(key, arr, n_layer_all): an array must have exactly
+# block_count entries (llama-model-loader.cpp: "key %s has wrong array length; expected %u, got %u"), of
+# UINT32, INT32 or BOOL elements (get_arr: "%s has wrong array element type %s").
+PER_LAYER_ARRAY_KEYS = ("attention.head_count", "attention.head_count_kv", "feed_forward_length",
+                        "attention.recurrent_layers", "expert_feed_forward_length")
+# get_key_or_arr(rope.dimension_sections, rope_sections, 4): an array must have exactly 4 entries
+ROPE_SECTIONS_ARCHS = frozenset(["qwen35", "qwen35moe", "qwen4exp", "qwen3vl", "qwen3vlmoe", "qwen2vl", "glm4",
+                                 "ernie4_5", "deepseek32", "bailingmoe3", "dflash"])
+PER_LAYER_ELEMENT_TYPES = ("ARRAY[UINT32]", "ARRAY[INT32]", "ARRAY[BOOL]")
+# get_arr into std::array<..., LLAMA_MAX_LAYERS> (no length rule: a short one leaves the rest 0)
+SWA_PATTERN_ELEMENT_TYPES = PER_LAYER_ELEMENT_TYPES
 MMPROJ_ARCHS = frozenset(["clip"])
 
 # llama.cpp b11434 src/llama-hparams.h: #define LLAMA_MAX_LAYERS 512 (per-layer arrays are sized by it).
@@ -147,19 +163,75 @@ def check_fields(g, arch):
                             % (key, g.field_types.get(key, type(value).__name__), _short(value), kind))
 
 
+def check_layer_arrays(g, arch, n_layer_all):
+    """Refuse what llama.cpp b11434's loader refuses of the per-layer arrays, naming the key and the rule."""
+    a = "%s." % arch
+    for suffix in PER_LAYER_ARRAY_KEYS:
+        key = a + suffix
+        value = g.fields.get(key)
+        if not isinstance(value, list):
+            continue
+        ftype = g.field_types.get(key)
+        if ftype not in PER_LAYER_ELEMENT_TYPES:
+            raise GGUFError(g.path, "metadata %s is %s, expected an array of UINT32, INT32 or BOOL (llama.cpp: wrong "
+                            "array element type)" % (key, ftype))
+        if len(value) != n_layer_all:
+            raise GGUFError(g.path, "metadata %s has %d entries but %sblock_count is %d: llama.cpp b11434 refuses the "
+                            "model (key %s has wrong array length; expected %d, got %d); give one entry per block or "
+                            "a single value" % (key, len(value), a, n_layer_all, key, n_layer_all, len(value)))
+    key = a + "rope.dimension_sections"
+    value = g.fields.get(key)
+    if arch in ROPE_SECTIONS_ARCHS and isinstance(value, list) and len(value) != 4:
+        raise GGUFError(g.path, "metadata %s has %d entries: llama.cpp b11434 refuses the model (key %s has wrong "
+                        "array length; expected 4, got %d)" % (key, len(value), key, len(value)))
+    key = a + "attention.sliding_window_pattern"
+    value = g.fields.get(key)
+    if isinstance(value, list):
+        if g.field_types.get(key) not in SWA_PATTERN_ELEMENT_TYPES:
+            raise GGUFError(g.path, "metadata %s is %s, expected an array of UINT32, INT32 or BOOL (llama.cpp: wrong "
+                            "array element type)" % (key, g.field_types.get(key)))
+        if len(value) > LLAMA_MAX_LAYERS:
+            raise GGUFError(g.path, "metadata %s has %d entries, more than LLAMA_MAX_LAYERS (%d): llama.cpp refuses "
+                            "it (array length exceeds max)" % (key, len(value), LLAMA_MAX_LAYERS))
+    if arch in DEFAULT_FULL_ATTENTION_INTERVAL and (a + "attention.recurrent_layers") not in g.fields:
+        interval = g.fields.get(a + "full_attention_interval")
+        if interval is not None and interval == 0:
+            raise GGUFError(g.path, "metadata %sfull_attention_interval is 0: every layer's kind is (il + 1) %% interval, "
+                            "so llama.cpp b11434 cannot load it (qwen4exp: must be greater than zero; qwen35, "
+                            "qwen3next, minimax-01: a division by zero); fix the header (the default is %d) or give "
+                            "%sattention.recurrent_layers" % (a, DEFAULT_FULL_ATTENTION_INTERVAL[arch], a))
+
+
+def drafter_reason(g, arch, n_layer_all, nextn):
+    """Why this file is a drafter and not a servable model (None when it is a model).
+
+    An arch that only drafts (dflash, its dflash2/dspark variants, eagle3, gemma4-assistant), or an MTP head on
+    its own: nextn_predict_layers > 0 and no trunk block in the file (llama.cpp's mtp_only: blk.0 absent).
+    """
+    if arch in DRAFTER_ONLY_ARCHS:
+        return "architecture %s is a drafter (it needs the target's context to run)" % arch
+    if nextn > 0 and n_layer_all > nextn:
+        trunk = any(_BLK.match(t.name) and int(_BLK.match(t.name).group(1)) < n_layer_all - nextn for t in g.tensors)
+        if not trunk:
+            return ("an MTP head alone: %s.nextn_predict_layers %d and none of the %d trunk blocks' tensors"
+                    % (arch, nextn, n_layer_all - nextn))
+    return None
+
+
 INPUT_TENSORS = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
 _BLK = re.compile(r"^blk\.(\d+)\.")
 LONG_ARRAY = 64
 
 
 def _arr_or_scalar(value, n, default=None):
-    """get_key_or_arr: a per-layer array of n, or one scalar repeated."""
+    """get_key_or_arr: a per-layer array of exactly n (check_layer_arrays refused any other length), or one
+    scalar repeated -- never padded or cut."""
     if value is None:
         return [default] * n
     if isinstance(value, list):
-        if len(value) < n:
-            return list(value) + [value[-1] if value else default] * (n - len(value))
-        return list(value[:n])
+        if len(value) != n:
+            raise ValueError("a per-layer array of %d entries for %d layers reached _arr_or_scalar" % (len(value), n))
+        return list(value)
     return [value] * n
 
 
@@ -179,7 +251,8 @@ def _layer_kinds(g, arch, n_layer_all, n_layer, head_kv, n_ff, swa_window):
     def from_pattern(default_n):
         pat = g.get(a + "attention.sliding_window_pattern")
         if isinstance(pat, list):
-            return [bool(x) for x in _arr_or_scalar(pat, n_layer_all, 0)]
+            # get_arr copies the array as is into a zeroed per-layer array: a short one leaves the rest non-SWA
+            return [bool(pat[il]) if il < len(pat) else False for il in range(n_layer_all)]
         n = int(pat) if pat is not None else default_n
         # set_swa_pattern(n, dense_first=false): swa iff il % n < n - 1 (n == 0: all swa)
         return [(n == 0 or (il % n) < (n - 1)) if il < n_layer else False for il in range(n_layer_all)]
@@ -189,7 +262,9 @@ def _layer_kinds(g, arch, n_layer_all, n_layer, head_kv, n_ff, swa_window):
         if rec is not None:
             flags = [bool(x) for x in _arr_or_scalar(rec, n_layer_all, 0)]
         else:
-            interval = int(g.get(a + "full_attention_interval", 4) or 4)
+            interval = g.get(a + "full_attention_interval")
+            if interval is None:
+                interval = DEFAULT_FULL_ATTENTION_INTERVAL.get(arch, 4)
             flags = [il < n_layer and (il + 1) % interval != 0 for il in range(n_layer_all)]
         kinds = [KIND_RECURRENT if f else KIND_ATTENTION for f in flags]
     elif arch in KV0_HYBRID_ARCHS:
@@ -302,6 +377,7 @@ def facts_from_gguf(g):
     if nextn > n_layer_all:
         raise GGUFError(g.path, "corrupt: %snextn_predict_layers %d > block_count %d" % (a, nextn, n_layer_all))
     n_layer = n_layer_all - nextn
+    check_layer_arrays(g, arch, n_layer_all)
     n_embd = key("embedding_length")
     head = _arr_or_scalar(key("attention.head_count"), n_layer_all, 0)
     head_kv_raw = key("attention.head_count_kv")
@@ -405,6 +481,7 @@ def facts_from_gguf(g):
         "scaling_original_context_length": key("rope.scaling.original_context_length"),
     }
 
+    reason = drafter_reason(g, arch, n_layer_all, nextn)
     drafter = None
     if arch in DRAFTER_ARCHS:
         top_k = key("selector_top_k", 0) or 0
@@ -427,6 +504,8 @@ def facts_from_gguf(g):
 
     facts.update({
         "architecture_supported": supported,
+        "is_drafter": reason is not None,
+        "drafter_reason": reason,
         "block_count": n_layer_all,
         "nextn_predict_layers": nextn,
         "n_layer": n_layer,

@@ -108,12 +108,54 @@ GGUF_VALUE_TYPES = {
 
 
 class GGUFError(Exception):
-    """A GGUF file that cannot be read; the message names the file and the problem."""
+    """A GGUF file that cannot be read; the message names the file and the problem.
 
-    def __init__(self, path, problem):
+    cause: one word for the class of the problem (CAUSES), the same word the differential test gives
+    llama.cpp b11434's own refusal of the same file (tests/unit/plugins/module_utils/test_gguf_differential.py).
+    """
+
+    def __init__(self, path, problem, cause="facts"):
         self.path = path
         self.problem = problem
+        self.cause = cause
         super(GGUFError, self).__init__("%s: %s" % (path, problem))
+
+
+# The classes of refusal, each as llama.cpp b11434 (ggml/src/gguf.cpp gguf_init_from_reader, then
+# src/llama-model-loader.h llama_tensor_weight) refuses a file.
+CAUSES = {
+    "magic": "not a GGUF file (no 'GGUF' magic)",
+    "version": "a GGUF version llama.cpp does not read (0, 1, above 3)",
+    "endian": "the byte order of another host (a big-endian file on a little-endian one)",
+    "count": "a negative tensor or metadata count",
+    "read": "the file ends before what its header claims (a count, a length, an entry)",
+    "string_length": "a string longer than llama.cpp reads (1 GiB)",
+    "key_empty": "an empty metadata key",
+    "key_duplicate": "a metadata key given twice",
+    "value_type": "an unknown GGUF value type (or an array of arrays)",
+    "alignment": "general.alignment not a UINT32 power of 2",
+    "tensor_name": "a tensor name of GGML_MAX_NAME (64) bytes or more",
+    "tensor_duplicate": "a tensor name given twice",
+    "n_dims": "a tensor of more than GGML_MAX_DIMS (4) dimensions",
+    "ne_negative": "a negative tensor dimension",
+    "ne_overflow": "a tensor whose element count overflows int64",
+    "tensor_type": "a ggml type llama.cpp b11434 does not know (or removed: 4, 5, 31-33, 36-38)",
+    "block_multiple": "a quantized tensor whose row is not a whole number of blocks",
+    "nbytes_overflow": "a tensor whose byte size overflows size_t",
+    "data_section": "the data section's alignment padding past the end of the file",
+    "offset": "a tensor data offset other than the running padded sum (out of order, overlapping, a gap)",
+    "file_bounds": "a tensor whose data lies past the end of the file",
+    "limit": "a count or length beyond this reader's sane maxima (stricter than llama.cpp by design)",
+    "facts": "metadata llama.cpp refuses when it loads the model (gguf_facts)",
+}
+SIZE_MAX = (1 << 64) - 1
+GGML_TYPE_COUNT = 43
+GGUF_MAX_STRING_LENGTH = 1 << 30     # gguf.cpp b11434
+GGUF_MAX_ARRAY_ELEMENTS = 1 << 30
+# gguf.cpp: a count above SIZE_MAX / sizeof(gguf_tensor_info) or SIZE_MAX / sizeof(gguf_kv) is refused before
+# anything is read (x86_64/aarch64 Linux, libstdc++: sizeof 344 and 88, the bounds its messages print).
+GGUF_MAX_TENSOR_COUNT = SIZE_MAX // 344
+GGUF_MAX_KV_COUNT = SIZE_MAX // 88
 
 
 def ggml_type_name(type_id):
@@ -136,16 +178,17 @@ def ggml_row_bytes(type_name_or_id, n_elements):
 
 
 def tensor_nbytes(type_id, shape):
-    """ggml_nbytes for a contiguous tensor: rows of ne[0] in blocks, times the other dims."""
+    """ggml_nbytes for a contiguous tensor: rows of ne[0] in blocks, times the other dims (0 dims: one element)."""
     name, blck, size = GGML_TYPES[type_id]
+    ne = list(shape) or [1]
     n_rows = 1
-    for d in shape[1:]:
+    for d in ne[1:]:
         n_rows *= d
-    return (shape[0] // blck) * size * n_rows if shape else size
+    return (ne[0] // blck) * size * n_rows
 
 
 class _Stream(object):
-    """Buffered little/big-endian reader that reports truncation with the offset."""
+    """Buffered little-endian reader that reports truncation with the offset."""
 
     CHUNK = 1 << 20
 
@@ -162,7 +205,8 @@ class _Stream(object):
     def _fill(self, n, what):
         if self.pos + n > MAX_HEADER_BYTES:
             raise GGUFError(self.path, "corrupt: reading %s at offset %d would take the header past %d bytes, expected "
-                            "a header (metadata and tensor table) smaller than that" % (what, self.pos, MAX_HEADER_BYTES))
+                            "a header (metadata and tensor table) smaller than that" % (what, self.pos, MAX_HEADER_BYTES),
+                            "limit")
         start = self.pos - self.buf_pos
         if start + n <= len(self.buf):
             return start
@@ -173,7 +217,7 @@ class _Stream(object):
         self.buf_pos = self.pos
         if len(self.buf) < n:
             raise GGUFError(self.path, "truncated: the file ends at byte %d while reading %s at offset %d (%d bytes needed); "
-                            "re-fetch the file" % (self.file_size, what, self.pos, n))
+                            "re-fetch the file" % (self.file_size, what, self.pos, n), "read")
         return 0
 
     def read(self, n, what):
@@ -193,20 +237,30 @@ class _Stream(object):
     def remaining(self):
         return max(self.file_size - self.pos, 0)
 
-    def string(self, what, maximum=MAX_STRING_BYTES):
+    def raw_string(self, what, maximum=MAX_STRING_BYTES):
+        """The bytes of one length-prefixed string, refused in gguf.cpp's order, then by this reader's maximum."""
         n = self.unpack("Q", what + " (length)")
+        if n > GGUF_MAX_STRING_LENGTH:
+            raise GGUFError(self.path, "corrupt: %s at offset %d claims %d bytes, more than the %d llama.cpp reads"
+                            % (what, self.pos - 8, n, GGUF_MAX_STRING_LENGTH), "string_length")
         if n > self.remaining:
             raise GGUFError(self.path, "corrupt or truncated: %s at offset %d claims %d bytes, more than the %d bytes "
                             "left in the file (%d bytes): expected a string length that fits"
-                            % (what, self.pos - 8, n, self.remaining, self.file_size))
+                            % (what, self.pos - 8, n, self.remaining, self.file_size), "read")
         if maximum is not None and n > maximum:
             raise GGUFError(self.path, "corrupt: %s at offset %d is %d bytes long, expected at most %d"
-                            % (what, self.pos - 8, n, maximum))
-        raw = self.read(n, what)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return raw.decode("utf-8", "replace")
+                            % (what, self.pos - 8, n, maximum), "limit")
+        return self.read(n, what)
+
+    def string(self, what, maximum=MAX_STRING_BYTES):
+        return _decode(self.raw_string(what, maximum))
+
+
+def _decode(raw):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace")
 
 
 class GGUFTensor(object):
@@ -239,6 +293,7 @@ class GGUFFile(object):
         self.endian = "little"
         self.alignment = GGUF_DEFAULT_ALIGNMENT
         self.data_offset = 0
+        self.kv_count = 0       # metadata entries in the file (fields holds one per distinct key)
         self.fields = {}        # key -> python value (arrays as lists)
         self.field_types = {}   # key -> "UINT32" or "ARRAY[STRING]" ...
         self.tensors = []       # GGUFTensor, in file order
@@ -257,33 +312,35 @@ class GGUFFile(object):
 
 def _read_value(st, type_id, what, depth=0):
     entry = GGUF_VALUE_TYPES.get(type_id)
-    if entry is None:
-        raise GGUFError(st.path, "corrupt: %s has unknown GGUF value type %d at offset %d" % (what, type_id, st.pos - 4))
+    if entry is None or (type_id == 9 and depth > 0):
+        raise GGUFError(st.path, "corrupt: %s has invalid GGUF value type %d at offset %d%s"
+                        % (what, type_id, st.pos - 4, " (an array of arrays)" if type_id == 9 else ""), "value_type")
     name, fmt = entry
     if fmt is not None:
         return name, st.unpack(fmt, what)
     if type_id == 8:
         return name, st.string(what)
-    # array: element type, count, elements
-    if depth > 0:
-        raise GGUFError(st.path, "corrupt: %s is a nested array, which GGUF does not allow" % what)
+    # array: element type, count, elements (gguf.cpp reads both before it judges the type)
     elem_type = st.unpack("I", what + " (array type)")
     count = st.unpack("Q", what + " (array length)")
     elem = GGUF_VALUE_TYPES.get(elem_type)
     if elem is None or elem_type == 9:
-        raise GGUFError(st.path, "corrupt: %s is an array of unknown/invalid GGUF type %d" % (what, elem_type))
+        raise GGUFError(st.path, "corrupt: %s is an array of invalid GGUF value type %d%s"
+                        % (what, elem_type, " (an array of arrays)" if elem_type == 9 else ""), "value_type")
     elem_name, elem_fmt = elem
     min_size = struct.calcsize(st.endian + elem_fmt) if elem_fmt is not None else 8
-    if count * min_size > st.remaining:
+    if count > GGUF_MAX_ARRAY_ELEMENTS or count * min_size > st.remaining:
         raise GGUFError(st.path, "corrupt or truncated: %s at offset %d claims %d %s elements (>= %d bytes), more "
-                        "than the %d bytes left in the file" % (what, st.pos - 8, count, elem_name, count * min_size, st.remaining))
+                        "than the %d bytes left in the file (or the %d llama.cpp reads)"
+                        % (what, st.pos - 8, count, elem_name, count * min_size, st.remaining, GGUF_MAX_ARRAY_ELEMENTS),
+                        "read")
     if count > MAX_ARRAY:
         raise GGUFError(st.path, "corrupt: %s at offset %d claims %d elements, expected at most %d"
-                        % (what, st.pos - 8, count, MAX_ARRAY))
+                        % (what, st.pos - 8, count, MAX_ARRAY), "limit")
     st.array_elements += count
     if st.array_elements > MAX_ARRAY_ELEMENTS:
         raise GGUFError(st.path, "corrupt: %s at offset %d brings the header's array elements to %d, expected at most %d"
-                        % (what, st.pos - 8, st.array_elements, MAX_ARRAY_ELEMENTS))
+                        % (what, st.pos - 8, st.array_elements, MAX_ARRAY_ELEMENTS), "limit")
     if elem_fmt is not None:
         raw = st.read(min_size * count, what)
         values = list(struct.unpack("%s%d%s" % (st.endian, count, elem_fmt), raw)) if count else []
@@ -292,8 +349,17 @@ def _read_value(st, type_id, what, depth=0):
     return "ARRAY[%s]" % elem_name, values
 
 
+def _pad(n, align):
+    return n + (-n % align)
+
+
 def read_gguf(path):
-    """Parse the header, metadata and tensor table of the GGUF file at path."""
+    """Parse the header, metadata and tensor table of the GGUF file at path.
+
+    Every check llama.cpp b11434 makes reading a file (ggml/src/gguf.cpp gguf_init_from_reader, in its order, so
+    the first problem found is the one llama.cpp names) and the one its model loader adds (tensor data within the
+    file), then this reader's own sane maxima (cause ``limit``).
+    """
     path = os.fspath(path) if hasattr(os, "fspath") else path
     fh = open_regular(path, GGUFError, "GGUF file")
     file_size = os.fstat(fh.fileno()).st_size
@@ -302,100 +368,142 @@ def read_gguf(path):
     with fh:
         st = _Stream(fh, path, file_size)
         if file_size < 4:
-            raise GGUFError(path, "not a GGUF file: %d bytes, too short for the 4-byte magic" % file_size)
+            raise GGUFError(path, "not a GGUF file: %d bytes, too short for the 4-byte magic" % file_size, "magic")
         magic = st.read(4, "magic")
         if magic != GGUF_MAGIC:
-            raise GGUFError(path, "not a GGUF file: the magic is %r, expected b'GGUF'" % (magic,))
+            raise GGUFError(path, "not a GGUF file: the magic is %r, expected b'GGUF'" % (magic,), "magic")
         version = st.unpack("I", "version")
-        if version & 0x0000FFFF == 0 and version != 0:
-            st.endian = ">"
-            g.endian = "big"
-            version = struct.unpack(">I", struct.pack("<I", version))[0]
+        if version == 0:
+            raise GGUFError(path, "bad GGUF version 0: llama.cpp b11434 reads versions 2 and 3", "version")
+        if version & 0x0000FFFF == 0:
+            swapped = struct.unpack(">I", struct.pack("<I", version))[0]
+            raise GGUFError(path, "the version field reads 0x%08x (%d byte-swapped): a big-endian GGUF, which llama.cpp "
+                            "on a little-endian host refuses (gguf.cpp: host and model endianness mismatch); convert it "
+                            "with gguf-py's gguf_convert_endian.py or fetch the little-endian file"
+                            % (version, swapped), "endian")
         if version not in GGUF_SUPPORTED_VERSIONS:
             raise GGUFError(path, "unsupported GGUF version %d: this reader (like llama.cpp b11434) supports versions %s"
-                            % (version, " and ".join(str(v) for v in GGUF_SUPPORTED_VERSIONS)))
+                            % (version, " and ".join(str(v) for v in GGUF_SUPPORTED_VERSIONS)), "version")
         g.version = version
         n_tensors = st.unpack("q", "tensor count")
+        if n_tensors < 0 or n_tensors > GGUF_MAX_TENSOR_COUNT:
+            raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected 0..%d (llama.cpp's "
+                            "bound)" % (n_tensors, GGUF_MAX_TENSOR_COUNT), "count")
         n_kv = st.unpack("q", "metadata count")
-        for count, what, at, least, most in ((n_tensors, "tensor count", 8, MIN_TENSOR_INFO_BYTES, MAX_TENSORS),
-                                             (n_kv, "metadata count", 16, MIN_KV_BYTES, MAX_METADATA)):
-            if count < 0 or count > most:
-                raise GGUFError(path, "corrupt header: the %s at offset %d is %d, expected 0..%d"
-                                % (what, at, count, most))
-            if count * least > st.remaining:
-                raise GGUFError(path, "truncated: the file ends at byte %d while reading the %d entries of the %s "
-                                "at offset %d (>= %d bytes needed, %d left); re-fetch the file (or the count is corrupt)"
-                                % (file_size, count, what, at, count * least, st.remaining))
+        if n_kv < 0 or n_kv > GGUF_MAX_KV_COUNT:
+            raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected 0..%d (llama.cpp's "
+                            "bound)" % (n_kv, GGUF_MAX_KV_COUNT), "count")
+        # Entries are read one by one, as gguf.cpp does (the first bad one is the one named); a count the file
+        # cannot hold fails at the entry that runs past its end, a count beyond the maxima at that entry.
+        seen_keys = set()
         for i in range(n_kv):
-            key = st.string("metadata key #%d" % i, maximum=MAX_KEY_BYTES)
-            if not key:
+            if i >= MAX_METADATA:
+                raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected at most %d"
+                                % (n_kv, MAX_METADATA), "limit")
+            raw_key = st.raw_string("metadata key #%d" % i, maximum=MAX_KEY_BYTES)
+            if not raw_key:
                 raise GGUFError(path, "corrupt: metadata key #%d at offset %d is empty, expected a key name"
-                                % (i, st.pos - 8))
+                                % (i, st.pos - 8), "key_empty")
+            # llama.cpp finds a key by its C string (up to a NUL), after judging duplicates on all its bytes
+            key = _decode(raw_key.split(b"\0", 1)[0])
+            if raw_key in seen_keys:
+                raise GGUFError(path, "corrupt: duplicate metadata key %r (metadata #%d)" % (key, i), "key_duplicate")
+            seen_keys.add(raw_key)
             vtype = st.unpack("I", "type of metadata %r" % key)
             tname, value = _read_value(st, vtype, "metadata %r" % key)
-            if key in g.fields:
-                raise GGUFError(path, "corrupt: duplicate metadata key %r" % key)
-            g.fields[key] = value
-            g.field_types[key] = tname
+            if key not in g.fields:          # gguf_find_key: the first key of that C string
+                g.fields[key] = value
+                g.field_types[key] = tname
+        g.kv_count = n_kv
         align = g.fields.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
         if "general.alignment" in g.fields and g.field_types["general.alignment"] != "UINT32":
-            raise GGUFError(path, "corrupt: general.alignment must be UINT32, is %s" % g.field_types["general.alignment"])
+            raise GGUFError(path, "corrupt: general.alignment must be UINT32, is %s" % g.field_types["general.alignment"],
+                            "alignment")
         if align <= 0 or align & (align - 1):
-            raise GGUFError(path, "corrupt: general.alignment %d is not a power of 2" % align)
+            raise GGUFError(path, "corrupt: general.alignment %d is not a power of 2" % align, "alignment")
         g.alignment = align
         raw_tensors = []
         seen_names = set()
         for i in range(n_tensors):
-            name = st.string("name of tensor #%d" % i, maximum=MAX_KEY_BYTES)
-            if not name:
-                raise GGUFError(path, "corrupt: the name of tensor #%d at offset %d is empty, expected a tensor name"
-                                % (i, st.pos - 8))
-            if name in seen_names:
-                raise GGUFError(path, "corrupt: duplicate tensor name %r (tensor #%d at offset %d)" % (name, i, st.pos - 8))
-            seen_names.add(name)
-            if len(name.encode("utf-8")) >= GGML_MAX_NAME:
+            if i >= MAX_TENSORS:
+                raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected at most %d"
+                                % (n_tensors, MAX_TENSORS), "limit")
+            raw_name = st.raw_string("name of tensor #%d" % i, maximum=MAX_KEY_BYTES)
+            name = _decode(raw_name.split(b"\0", 1)[0])     # ggml_set_name copies the C string, up to a NUL
+            if len(raw_name) >= GGML_MAX_NAME:
                 raise GGUFError(path, "corrupt: tensor #%d name %r is %d bytes, ggml allows < %d"
-                                % (i, name, len(name.encode("utf-8")), GGML_MAX_NAME))
+                                % (i, name, len(raw_name), GGML_MAX_NAME), "tensor_name")
+            if raw_name in seen_names:
+                raise GGUFError(path, "corrupt: duplicate tensor name %r (tensor #%d at offset %d)"
+                                % (name, i, st.pos - 8 - len(raw_name)), "tensor_duplicate")
+            seen_names.add(raw_name)
             n_dims = st.unpack("I", "dimension count of tensor %r" % name)
             if n_dims > GGML_MAX_DIMS:
-                raise GGUFError(path, "corrupt: tensor %r has %d dimensions, ggml allows at most %d" % (name, n_dims, GGML_MAX_DIMS))
-            shape = [st.unpack("q", "shape of tensor %r" % name) for dummy in range(n_dims)]
-            if any(d < 0 for d in shape):
-                raise GGUFError(path, "corrupt: tensor %r has a negative dimension %s" % (name, shape))
+                raise GGUFError(path, "corrupt: tensor %r has %d dimensions, ggml allows at most %d"
+                                % (name, n_dims, GGML_MAX_DIMS), "n_dims")
+            shape = []
+            for j in range(n_dims):
+                d = st.unpack("q", "shape of tensor %r" % name)
+                if d < 0:
+                    raise GGUFError(path, "corrupt: tensor %r dimension %d is %d, expected 0 or more" % (name, j, d),
+                                    "ne_negative")
+                shape.append(d)
             n_el = 1
             for d in shape:
                 n_el *= d
             if n_el > INT64_MAX:
-                raise GGUFError(path, "corrupt: tensor %r shape %s has %d elements, more than int64 (ggml's limit) can count"
-                                % (name, shape, n_el))
-            type_id = st.unpack("I", "type of tensor %r" % name)
+                raise GGUFError(path, "corrupt: tensor %r shape %s has %d elements, more than int64 (ggml's limit) can "
+                                "count" % (name, shape, n_el), "ne_overflow")
+            type_id = st.unpack("i", "type of tensor %r" % name)
+            if type_id < 0 or type_id >= GGML_TYPE_COUNT or type_id not in GGML_TYPES:
+                raise GGUFError(path, "tensor %r has ggml type %d, which llama.cpp b11434 does not know (known: 0..%d "
+                                "but 4, 5, 31-33, 36-38, which it removed)" % (name, type_id, GGML_TYPE_COUNT - 1),
+                                "tensor_type")
+            tname, blck, tsize = GGML_TYPES[type_id]
+            ne0 = shape[0] if shape else 1
+            if ne0 % blck:
+                raise GGUFError(path, "corrupt: tensor %r row of %d elements is not a multiple of the %s block size %d "
+                                "(a quantized row is whole blocks)" % (name, ne0, tname, blck), "block_multiple")
+            if n_el // blck > SIZE_MAX // tsize:
+                raise GGUFError(path, "corrupt: tensor %r shape %s of %s is more than 2^64 bytes" % (name, shape, tname),
+                                "nbytes_overflow")
             rel_offset = st.unpack("Q", "data offset of tensor %r" % name)
             raw_tensors.append((name, shape, type_id, rel_offset))
-        pad = st.pos % align
-        g.data_offset = st.pos + (align - pad if pad else 0)
+        g.data_offset = _pad(st.pos, align) if n_tensors > 0 else st.pos
+        if g.data_offset > file_size:
+            raise GGUFError(path, "truncated: the data section starts at byte %d (the tensor table padded to %d), past "
+                            "the end of the file at %d; re-fetch the file" % (g.data_offset, align, file_size),
+                            "data_section")
 
-    seen = set()
+    # gguf.cpp: each tensor's data starts where the previous one's (padded to the alignment) ends, in table order
+    expected = 0
     for name, shape, type_id, rel_offset in raw_tensors:
-        if name in seen:
-            raise GGUFError(path, "corrupt: duplicate tensor name %r" % name)
-        seen.add(name)
-        if type_id not in GGML_TYPES:
-            raise GGUFError(path, "tensor %r has ggml type %d, which llama.cpp b11434 does not know" % (name, type_id))
-        tname, blck, _size = GGML_TYPES[type_id]
-        if shape and shape[0] % blck:
-            raise GGUFError(path, "corrupt: tensor %r row of %d elements is not a multiple of the %s block size %d"
-                            % (name, shape[0], tname, blck))
-        if rel_offset % align:
-            raise GGUFError(path, "corrupt: tensor %r data offset %d is not aligned to %d" % (name, rel_offset, align))
-        n_el = 1
-        for d in shape:
-            n_el *= d
+        nbytes = tensor_nbytes(type_id, shape)
+        if rel_offset != expected:
+            raise GGUFError(path, "corrupt: tensor %r has data offset %d, expected %d (each tensor's data follows the "
+                            "previous one's, padded to %d: %s)"
+                            % (name, rel_offset, expected, align,
+                               "overlapping" if rel_offset < expected else "out of order or a gap"), "offset")
+        if nbytes > SIZE_MAX - (align - 1) or SIZE_MAX - expected < _pad(nbytes, align):
+            raise GGUFError(path, "corrupt: tensor %r of %d bytes overflows the data section's size" % (name, nbytes),
+                            "nbytes_overflow")
+        expected += _pad(nbytes, align)
+    # llama_model_loader: each tensor by its C-string name, once (a name cut at a NUL can repeat one), then its
+    # data within the file (llama_tensor_weight)
+    for name, shape, type_id, rel_offset in raw_tensors:
+        if name in g._by_name:
+            raise GGUFError(path, "corrupt: tensor %r is duplicated (its name up to the first NUL byte is another "
+                            "tensor's): llama.cpp refuses the model" % name, "tensor_duplicate")
         nbytes = tensor_nbytes(type_id, shape)
         start = g.data_offset + rel_offset
         end = start + nbytes
         if end > file_size:
             raise GGUFError(path, "truncated: tensor %r needs bytes %d..%d but the file has only %d bytes "
-                            "(%d missing); re-fetch the file" % (name, start, end, file_size, end - file_size))
+                            "(%d missing); re-fetch the file" % (name, start, end, file_size, end - file_size),
+                            "file_bounds")
+        n_el = 1
+        for d in shape:
+            n_el *= d
         t = GGUFTensor(name, tuple(shape), type_id, start, nbytes, n_el)
         g.tensors.append(t)
         g._by_name[name] = t

@@ -25,6 +25,7 @@ import os
 import re
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, decode_text, open_regular, read_text as _read_file_text
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
 
 VENDOR_AMD = '0x1002'
 VENDOR_NVIDIA = '0x10de'
@@ -439,7 +440,7 @@ def _kfd_gpus(root, warnings):
         return None
     nodes = []
     for entry in os.listdir(nodes_dir):
-        if entry.isdigit():
+        if digits(entry):
             path = KFD_NODES + '/' + entry + '/properties'
             text = read_text(root, path)
             if text is None:
@@ -815,6 +816,91 @@ _REQUIRED = (('pci_address', str), ('vendor', str), ('vram_total_bytes', int))
 _DEFAULTS = (('vram_used_bytes', int, 0), ('vram_reserved_bytes', int, 0), ('integrated', bool, False))
 
 
+# What each recorded key the result is derived from must hold; null is allowed for all but the required ones.
+# A wrong type is refused naming the key (gpus[i].links[j].gbps ...) before anything is derived from it.
+def _t_str(v):
+    return isinstance(v, str)
+
+
+def _t_uint(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _t_bool(v):
+    return isinstance(v, bool)
+
+
+def _t_gbps(v):
+    return is_finite_number(v) and v >= 0
+
+
+def _t_digits(v):
+    return isinstance(v, str) and digits(v)
+
+
+def _t_str_list(v):
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+_CARD_SHAPE = (
+    ('runtime_index', _t_uint, 'an integer >= 0 (the HIP/CUDA enumeration index)'),
+    ('kfd_node', _t_uint, 'an integer >= 0'),
+    ('backend', _t_str, 'a string (hip or cuda)'),
+    ('gfx_target', _t_str, 'a string like gfx1201'),
+    ('cuda_arch', _t_digits, 'a string of digits like "90"'),
+    ('compute_cap', _t_str, 'a string like "9.0"'),
+    ('marketing_name', _t_str, 'a string'), ('device_id', _t_str, 'a string'), ('vendor_id', _t_str, 'a string'),
+    ('driver', _t_str, 'a string'), ('drm_card', _t_str, 'a string'),
+    ('link_speed', _t_str, 'a string like "16.0 GT/s PCIe"'), ('link_gen', _t_uint, 'an integer'),
+    ('link_width', _t_uint, 'an integer'),
+    ('narrowest_link_speed', _t_str, 'a string'), ('narrowest_link_gen', _t_uint, 'an integer'),
+    ('narrowest_link_width', _t_uint, 'an integer'), ('narrowest_link_gbps', _t_gbps, 'a finite number >= 0'),
+    ('narrowest_link_bridge', _t_str, 'a PCI address string'),
+    ('atomics_ok', _t_bool, 'true, false or null'),
+    ('path', _t_str_list, 'a list of PCI address strings, the card first'),
+)
+_LINK_SHAPE = (
+    ('gbps', _t_gbps, 'a finite number >= 0'), ('width', _t_uint, 'an integer'), ('gen', _t_uint, 'an integer'),
+    ('speed', _t_str, 'a string like "16.0 GT/s PCIe"'), ('max_speed', _t_str, 'a string'),
+    ('bridge', _t_str, 'a PCI address string'), ('device', _t_str, 'a PCI address string'),
+)
+_HOP_SHAPE = (('bdf', _t_str, 'a PCI address string'), ('role', _t_str, 'a string'))
+_BLOCKING_SHAPE = (('bdf', _t_str, 'a PCI address string'), ('reason', _t_str, 'a string'))
+
+
+def _check_shape(path, where, d, shape):
+    for key, ok, what in shape:
+        value = d.get(key)
+        if value is not None and not ok(value):
+            raise GpuFactsError('facts_file %s: %s.%s must be %s, found %r; save the gpu_facts result again (or fix '
+                                'that key)' % (path, where, key, what, value))
+
+
+def _check_list_of_dicts(path, where, value, shape):
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise GpuFactsError('facts_file %s: %s must be a list, found %r; save the gpu_facts result again'
+                            % (path, where, value))
+    for j, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise GpuFactsError('facts_file %s: %s[%d] must be an object, found %r; save the gpu_facts result again'
+                                % (path, where, j, item))
+        _check_shape(path, '%s[%d]' % (where, j), item, shape)
+
+
+def _check_card(path, i, card):
+    where = 'gpus[%d]' % i
+    _check_shape(path, where, card, _CARD_SHAPE)
+    _check_list_of_dicts(path, where + '.links', card.get('links'), _LINK_SHAPE)
+    _check_list_of_dicts(path, where + '.atomics', card.get('atomics'), _HOP_SHAPE)
+    for j, hop in enumerate(card.get('atomics') or []):
+        if not isinstance(hop.get('bdf'), str):
+            raise GpuFactsError('facts_file %s: %s.atomics[%d].bdf must be a PCI address string, found %r'
+                                % (path, where, j, hop.get('bdf')))
+    _check_list_of_dicts(path, where + '.atomics_blocking', card.get('atomics_blocking'), _BLOCKING_SHAPE)
+
+
 def load_facts(path, include_integrated=False):
     """A recorded gpu_facts result (JSON) -> a fresh result: names, verdicts
     and the topology text are derived again from the recorded cards."""
@@ -830,6 +916,10 @@ def load_facts(path, include_integrated=False):
     except (ValueError, RecursionError) as exc:
         raise GpuFactsError('facts_file %s: not valid JSON (%s); save a gpu_facts result with '
                             'to_nice_json' % (path, exc))
+    bad = non_finite_path(data)
+    if bad:
+        raise GpuFactsError('facts_file %s: %s is not a finite number (NaN and infinities are refused); save the '
+                            'gpu_facts result again' % (path, bad))
     if not isinstance(data, dict) or not isinstance(data.get('gpus'), list):
         raise GpuFactsError('facts_file %s: expected a JSON object with a "gpus" list (a saved gpu_facts '
                             'result)' % path)
@@ -850,6 +940,11 @@ def load_facts(path, include_integrated=False):
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 raise GpuFactsError('facts_file %s: gpus[%d].%s must be %s, found %r' % (
                     path, i, key, kind.__name__, value))
+        for key in ('vram_total_bytes', 'vram_used_bytes', 'vram_reserved_bytes'):
+            if card[key] < 0:
+                raise GpuFactsError('facts_file %s: gpus[%d].%s is %d: a byte count is never negative' % (
+                    path, i, key, card[key]))
+        _check_card(path, i, card)
         card.setdefault('runtime_index', i)
         card.setdefault('backend', 'hip' if card['vendor'] == 'amd' else 'cuda')
         card.setdefault('gfx_target', None)
@@ -859,7 +954,12 @@ def load_facts(path, include_integrated=False):
         card.pop('name', None)
         card.pop('index', None)
         cards.append(card)
-    warnings = ['recorded: %s' % w for w in data.get('facts_warnings') or []]
+    recorded = data.get('facts_warnings') or []
+    if not _t_str_list(recorded):
+        raise GpuFactsError('facts_file %s: facts_warnings must be a list of strings, found %r' % (path, recorded))
+    if not isinstance(data.get('sources') or {}, dict):
+        raise GpuFactsError('facts_file %s: sources must be an object, found %r' % (path, data.get('sources')))
+    warnings = ['recorded: %s' % w for w in recorded]
     sources = dict(data.get('sources') or {})
     sources['facts_file'] = path
     return summarize(cards, include_integrated, warnings, sources)
@@ -944,7 +1044,8 @@ def render_topology(result):
         else:
             lines.append('  narrowest link: unknown')
         for link in card.get('links') or []:
-            if link.get('max_speed') and link.get('speed') and parse_link_speed(link['max_speed']) > parse_link_speed(link['speed']):
+            top, now = parse_link_speed(link.get('max_speed')), parse_link_speed(link.get('speed'))
+            if top is not None and now is not None and top > now:
                 lines.append('  note: link below %s runs at %s but both ends can do %s; an idle card may train '
                              'down to save power, read again under load' % (
                                  _short(link.get('bridge')), link['speed'], link['max_speed']))

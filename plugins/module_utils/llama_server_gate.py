@@ -29,6 +29,7 @@ import math
 import os
 import time
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, loads as strict_loads
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import METRIC_DRAFTS, Endpoint, parse_metrics
 from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import parse_show
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import model_drafters
@@ -172,7 +173,7 @@ def error_text(body):
 
 def _json(body):
     try:
-        data = json.loads(body)
+        data = strict_loads(body)
     except (TypeError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -296,10 +297,9 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
     code, body = ep.call('/v1/chat/completions', _chat(alias, o['prompt'], o['max_tokens']),
                          timeout=o['request_timeout'])
     answer = _json(body)
-    try:
-        tokens = int((answer.get('usage') or {}).get('completion_tokens') or 0)
-    except (TypeError, ValueError):
-        tokens = 0
+    raw_tokens = (answer.get('usage') or {}).get('completion_tokens') or 0
+    tokens = raw_tokens if is_finite_number(raw_tokens) and float(raw_tokens).is_integer() else 0
+    tokens = int(tokens)
     out['completion_tokens'] = tokens
     if code != 200 or tokens < 1:
         out['findings'].append(
@@ -340,6 +340,12 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
                                           timeout=o['request_timeout'])[0]
         code, text = ep.call('/metrics', timeout=INFO_TIMEOUT)
         drafts = parse_metrics(text).get(METRIC_DRAFTS, 0.0) if code == 200 else 0.0
+        if not is_finite_number(drafts):
+            out['drafts'] = str(drafts)
+            out['findings'].append(
+                prefix(4) + '%s is %s on /metrics: not a count of drafted tokens (NaN and infinities are refused); '
+                'the server or a proxy in front of it is not reporting real metrics.' % (METRIC_DRAFTS, drafts))
+            return True
         out['drafts'] = _number(drafts)
         if code != 200 or drafts <= 0:
             out['findings'].append(

@@ -38,6 +38,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import Lla
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
     FileRefused, check_name, open_dir, read_text)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -119,7 +120,7 @@ def process_memory(root, pid):
             out["name"] = value.strip()
         elif key in keys:
             parts = value.split()
-            if parts and parts[0].isdigit():
+            if parts and digits(parts[0]):
                 out[keys[key]] = int(parts[0]) * 1024
     if "rss_bytes" not in out:
         return None
@@ -135,12 +136,12 @@ def parse_compute_apps(text, source="nvidia-smi"):
         if not line or line.startswith("No running") or line.lower().startswith("pid"):
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) not in (2, 3) or not fields[0].isdigit():
+        if len(fields) not in (2, 3) or not digits(fields[0]):
             raise PlanActualError("%s line %d: expected 'pid, used_memory' or 'pid, gpu_uuid, used_memory' "
                                   "(nvidia-smi %s), found %r" % (source, lineno, " ".join(NVIDIA_SMI_APPS_ARGS),
                                                                  line[:100]))
         used = fields[-1]
-        if used.startswith("[") or not used.isdigit():
+        if used.startswith("[") or not digits(used):
             used_bytes = None     # [N/A] or [Insufficient Permissions]
         else:
             used_bytes = int(used) * MIB
@@ -157,7 +158,7 @@ def parse_gpu_uuids(text, source="nvidia-smi"):
         if not line or line.lower().startswith("index"):
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 3 or not fields[0].isdigit():
+        if len(fields) != 3 or not digits(fields[0]):
             raise PlanActualError("%s line %d: expected 'index, uuid, pci.bus_id' (nvidia-smi %s), found %r"
                                   % (source, lineno, " ".join(NVIDIA_SMI_GPUS_ARGS), line[:100]))
         rows.append({"index": int(fields[0]), "uuid": fields[1], "pci_address": _bdf(fields[2])})
@@ -176,7 +177,7 @@ def _visible(text):
     out = []
     for part in str(text or "").split(","):
         part = part.strip()
-        if part.isdigit():
+        if digits(part):
             out.append(int(part))
     return out
 
@@ -187,11 +188,11 @@ def kfd_gpu_nodes(root):
     if not os.path.isdir(base):
         return []
     nodes = []
-    for entry in sorted((e for e in os.listdir(base) if e.isdigit()), key=int):
+    for entry in sorted((e for e in os.listdir(base) if digits(e)), key=int):
         props = {}
         for line in (_read(root, "%s/%s/properties" % (KFD_NODES, entry)) or "").splitlines():
             parts = line.split()
-            if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            if len(parts) == 2 and digits(parts[1].lstrip("-")):
                 props[parts[0]] = int(parts[1])
         if not (props.get("simd_count", 0) > 0 or props.get("gfx_target_version", 0) > 0):
             continue
@@ -208,11 +209,15 @@ def kfd_gpu_nodes(root):
 
 # ------------------------------------------------------------------------------------ the plan
 
-def _i(d, key):
-    try:
-        return int((d or {}).get(key) or 0)
-    except (TypeError, ValueError):
+def _i(d, key, where="plan"):
+    """A byte count of the plan: absent or null is 0; a NaN, an infinity, a bool, a fraction or text is refused."""
+    value = (d or {}).get(key)
+    if value is None:
         return 0
+    if not is_finite_number(value) or float(value) != int(value):
+        raise PlanActualError("%s.%s is %r: a fit_plan byte count is a finite integer (NaN, infinities and text are "
+                              "refused); pass the filter's result as is" % (where, key, value))
+    return int(value)
 
 
 def planned_devices(plan, backend, output_tied=False):
@@ -228,27 +233,32 @@ def planned_devices(plan, backend, output_tied=False):
         raise PlanActualError("plan must be the dankfleet.llm.fit_plan result (a dict with a devices list), got %s; "
                               "pass the filter's result as is, or {} for none" % type(plan).__name__)
     out = {}
-    for d in plan["devices"]:
+    for n, d in enumerate(plan["devices"]):
         if not isinstance(d, dict) or not d.get("name"):
             raise PlanActualError("plan.devices holds an entry without a name (%r): pass the fit_plan result "
                                   "unchanged" % (d,))
-        row = {"weights": _i(d, "weights_bytes"), "kv": _i(d, "kv_bytes"), "recurrent": _i(d, "recurrent_bytes"),
-               "compute": _i(d, "compute_bytes"), "draft": _i(d, "draft_bytes"), "mmproj": _i(d, "mmproj_bytes"),
-               "output": 0, "overhead": _i(d, "overhead_bytes"), "total": _i(d, "total_bytes")}
+        w = "plan.devices[%d]" % n
+        row = {"weights": _i(d, "weights_bytes", w), "kv": _i(d, "kv_bytes", w),
+               "recurrent": _i(d, "recurrent_bytes", w), "compute": _i(d, "compute_bytes", w),
+               "draft": _i(d, "draft_bytes", w), "mmproj": _i(d, "mmproj_bytes", w),
+               "output": 0, "overhead": _i(d, "overhead_bytes", w), "total": _i(d, "total_bytes", w)}
         out[d["name"]] = row
     host = plan.get("host") or {}
+    if not isinstance(host, dict):
+        raise PlanActualError("plan.host is a %s, not the fit_plan result's host dict; pass the filter's result as is"
+                              % type(host).__name__)
     names = list(out)
     if backend == "cpu" and len(names) == 1 and not names[0].startswith("RPC"):
         dev = out[names[0]]
-        tied = _i(host, "weights_bytes") if output_tied else 0
-        dev["weights"] += _i(host, "weights_bytes") + _i(host, "draft_weights_bytes") - tied
-        dev["output"] = _i(host, "output_bytes") + _i(host, "draft_output_bytes")
+        tied = _i(host, "weights_bytes", "plan.host") if output_tied else 0
+        dev["weights"] += _i(host, "weights_bytes", "plan.host") + _i(host, "draft_weights_bytes", "plan.host") - tied
+        dev["output"] = _i(host, "output_bytes", "plan.host") + _i(host, "draft_output_bytes", "plan.host")
         dev["total"] = sum(dev[k] for k in KINDS if k != "total")
     elif host:
-        out["host"] = {"weights": _i(host, "weights_bytes") + _i(host, "draft_weights_bytes"), "kv": 0,
-                       "recurrent": 0, "compute": _i(host, "compute_bytes") + _i(host, "draft_compute_bytes"),
-                       "draft": 0, "mmproj": 0, "output": _i(host, "output_bytes") + _i(host, "draft_output_bytes"),
-                       "overhead": 0, "total": _i(host, "total_bytes")}
+        out["host"] = {"weights": _i(host, "weights_bytes", "plan.host") + _i(host, "draft_weights_bytes", "plan.host"), "kv": 0,
+                       "recurrent": 0, "compute": _i(host, "compute_bytes", "plan.host") + _i(host, "draft_compute_bytes", "plan.host"),
+                       "draft": 0, "mmproj": 0, "output": _i(host, "output_bytes", "plan.host") + _i(host, "draft_output_bytes", "plan.host"),
+                       "overhead": 0, "total": _i(host, "total_bytes", "plan.host")}
     return out
 
 
@@ -286,7 +296,7 @@ def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_d
     cuda_names = [n for n in device_names if n.startswith("CUDA")]
 
     def cuda_uuid(name):
-        idx = int(name[4:]) if name[4:].isdigit() else None
+        idx = int(name[4:]) if digits(name[4:]) else None
         g = by_name.get(name)
         if g and g.get("pci_address"):
             for row in uuids:
@@ -332,7 +342,7 @@ def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_d
         else:
             visible_nodes = [n for n in nodes if not n["integrated"]]
         for name in rocm_names:
-            idx = int(name[4:]) if name[4:].isdigit() else -1
+            idx = int(name[4:]) if digits(name[4:]) else -1
             g = by_name.get(name)
             bdf = _bdf(g["pci_address"]) if g and g.get("pci_address") else None
             node = None
@@ -544,6 +554,10 @@ def load_records(path):
     except ValueError as exc:
         raise PlanActualError("%s is not valid JSON (%s): move it aside (it is the plan-vs-actual history; nothing "
                               "here deletes it) and the next gate starts a new one" % (path, exc))
+    bad = non_finite_path(data)
+    if bad:
+        raise PlanActualError("%s: %s is not a finite number (NaN and infinities are refused): move the file aside "
+                              "(nothing here deletes it) and the next gate starts a new one" % (path, bad))
     if not isinstance(data, list):
         raise PlanActualError("%s holds a %s, not a list of records: move it aside and the next gate starts a new "
                               "one" % (path, type(data).__name__))
@@ -574,7 +588,7 @@ def _atomic_write(path, text, mode=0o644, what="directory"):
 def append_record(path, record):
     records = load_records(path)
     records.append(record)
-    _atomic_write(path, json.dumps(records, indent=1, sort_keys=True) + "\n", what="state_dir")
+    _atomic_write(path, json.dumps(records, indent=1, sort_keys=True, allow_nan=False) + "\n", what="state_dir")
     return len(records)
 
 

@@ -27,6 +27,8 @@ __metaclass__ = type
 import ipaddress
 import re
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import to_bool
+
 # The role's default device list (roles/llama_rpc_worker/defaults/main.yml; a test keeps them equal).
 DEFAULT_DEVICES = [{"device": "CPU", "port": 50052}]
 BACKENDS = ("cpu", "cuda", "hip")
@@ -132,7 +134,9 @@ def _facts_gpus(w):
     if not isinstance(g, (list, tuple)) or not g:
         raise RpcFleetError("worker %s: no device facts (gpu_facts' result, or [{name: CPU, vram_total_bytes}] for a "
                             "CPU worker): gather facts on the worker before planning" % w.get("host"))
-    return [x for x in g if isinstance(x, dict) and not (x.get("integrated") or x.get("hidden"))]
+    return [x for x in g if isinstance(x, dict) and not any(
+        to_bool(x[k], "worker %s: gpu %s.%s" % (w.get("host"), x.get("name"), k), RpcFleetError)
+        for k in ("integrated", "hidden") if x.get(k) is not None)]
 
 
 def _match(facts, device, host):

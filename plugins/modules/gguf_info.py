@@ -25,6 +25,15 @@ description:
     allocated; a C(block_count) above C(LLAMA_MAX_LAYERS) (512), a wrong-typed sizing key (a string where an
     integer belongs, an array where a string belongs), and a negative, NaN or infinite value fail naming the key,
     its GGUF type and what was expected.
+  - A file llama.cpp b11434 refuses is refused, for the same cause -- every check of its GGUF reader
+    (C(ggml/src/gguf.cpp)), in its order, and the two its model loader adds (a tensor name given twice, tensor
+    data past the end of the file) -- tensor data offsets that are not the running padded sum (out of order,
+    overlapping, a gap), a quantized row that is not a whole number of blocks, a big-endian file (llama.cpp on a
+    little-endian host refuses it), an unknown or removed ggml type, a data section whose padding runs past the
+    end. The test suite checks this file by file against b11434's own reader (C(tests/lab/gguf_check.c)).
+  - A per-layer array (C(head_count), C(head_count_kv), C(feed_forward_length), C(recurrent_layers)) of another
+    length than C(block_count), and a C(full_attention_interval) of 0, are refused as llama.cpp refuses them --
+    never padded, cut or replaced by a default.
   - Never changes anything; safe in check mode.
 options:
   path:
@@ -112,6 +121,16 @@ architecture_supported:
   description: Whether the layer kinds of this architecture are derived (fit_plan refuses the others).
   returned: always
   type: bool
+is_drafter:
+  description: Whether the file is a drafter, not a model llama-server serves -- a C(dflash) (DFlash, DFlash2,
+    DSpark), C(eagle3) or C(gemma4-assistant) architecture, or an MTP head alone (C(nextn_predict_layers) and no
+    trunk block). C(dankfleet.llm.fit_plan) refuses one given as the model.
+  returned: when not an mmproj
+  type: bool
+drafter_reason:
+  description: Why the file is a drafter (null for a model).
+  returned: when not an mmproj
+  type: str
 is_mmproj:
   description: The file is a multimodal projector (C(clip) architecture).
   returned: always

@@ -44,6 +44,10 @@ options:
         before it is installed. Names, C(collectives_legal), C(hip_visible_devices) and the
         C(topology) text are derived again from its cards.
       - Each card needs C(pci_address), C(vendor) (C(amd) or C(nvidia)) and C(vram_total_bytes).
+      - Every other recorded key the result is derived from (C(runtime_index), C(cuda_arch), C(links),
+        C(atomics), C(path), the C(narrowest_link_*) values, C(facts_warnings), C(sources) ...) is checked for its
+        type before anything is derived; a wrong one fails naming it (C(gpus[0].links[1].gbps)). NaN and
+        infinities are refused.
       - Must be a regular file of at most 16 MiB; a FIFO or a device is refused without blocking.
     type: path
   lspci_output_file:

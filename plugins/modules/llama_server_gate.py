@@ -21,7 +21,8 @@ description:
     2 - a real chat completion with the alias returns at least one token; 3 - C(/v1/models) lists the alias and
     C(/props) has the slots, the context per slot and the vision modality the env file asks for; 4 (C(SPEC_TYPE) set) -
     after a generation on a prompt a drafter can match, C(llamacpp:spec_decode_num_drafts_total) on C(/metrics) is
-    above 0; 5 - the same process served every step (C(NRestarts) and C(MainPID) unchanged, still active)."
+    a finite number above 0 (a C(NaN) or C(+Inf) counter fails the step, as does a completion token count that
+    is not a finite integer); 5 - the same process served every step (C(NRestarts) and C(MainPID) unchanged, still active)."
   - The first failing step of 1-4 ends the HTTP checks; step 5 is still read, so a finding also says when the service
     died on the request.
   - A failing shape does not fail the module - it returns RV(passed) false with RV(findings), and the caller decides

@@ -36,6 +36,8 @@ options:
     description:
       - The C(dankfleet.llm.fit_plan) result the deploy was made from (its C(devices) and C(host)). V({}) = no plan -
         the record then holds the measured figures only (devices from the env file's C(DEVICES)).
+      - A byte count in it that is not a finite integer (C(NaN), an infinity, text, a fraction) fails naming it
+        (C(plan.devices[0].weights_bytes)); so does a C(NaN) in the records file.
     type: dict
     default: {}
   backend:

