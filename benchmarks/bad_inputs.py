@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
+import bad_inputs_files
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "fixtures" / "bad_inputs"
@@ -431,6 +432,9 @@ def classify(case, out, err, seconds, rss, hung):
         if traceback:
             return "crash", "traceback: %s" % msg[:160]
         if case.refuse and re.search(case.refuse, msg):
+            problem = case.check(res) if case.check else None   # a refusal that damaged something is wrong
+            if problem:
+                return "wrong", "refused, but %s" % problem
             at = msg.find("dankfleet.llm.")   # a filter's own message, past Ansible's templating prefix
             return "refusal", (msg[at:] if at > 0 and case.module == "debug" else msg)[:160]
         return "crash", "unexpected failure: %s" % msg[:200]
@@ -471,6 +475,7 @@ def main(argv=None):
     try:
         cases = (_gguf_cases(tmp) + _fetch_cases(tmp, base, hashlib.sha256(data).hexdigest())
                  + _trash_cases(tmp) + _plan_cases(tmp))
+        cases += bad_inputs_files.cases(tmp, base, hashlib.sha256(data).hexdigest(), Case, PAYLOAD_SIZE)
         cases += __import__("bad_inputs_values").cases(tmp, Case)  # issue 23 item 4: strict values
         cases += __import__("bad_inputs_trash").cases(tmp, Case)  # issue 23 item 3: trash_files
         cases += __import__("bad_inputs_http").cases(Case, tmp, base, www, data)    # HTTP peers and secrets (#23)

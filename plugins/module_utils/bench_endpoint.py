@@ -23,6 +23,7 @@ import time
 from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import (
     DEFAULT_MAX_BYTES, Client, HttpError, check_secret, redact, url_problem)
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
 
 
@@ -275,11 +276,9 @@ def read_amdgpu_sysfs(root='/'):
     pattern = os.path.join(root, 'sys/class/drm/card[0-9]*/device/mem_info_vram_used')
     for used_path in sorted(glob.glob(pattern), key=lambda p: _card_order(p.split('/drm/')[1].split('/')[0])):
         device = os.path.dirname(used_path)
-        try:
-            with open(used_path) as handle:
-                used = int(handle.read().strip())
-            with open(os.path.join(device, 'mem_info_vram_total')) as handle:
-                total = int(handle.read().strip())
+        try:  # sysfs attributes: regular files, read to EOF without blocking, a page at most
+            used = int(read_text(used_path, 'sysfs attribute', 1 << 16).strip())
+            total = int(read_text(os.path.join(device, 'mem_info_vram_total'), 'sysfs attribute', 1 << 16).strip())
         except (IOError, OSError, ValueError):
             continue
         cards.append({'card': 'ROCm%d' % len(cards), 'source_card': used_path.split('/drm/')[1].split('/')[0],

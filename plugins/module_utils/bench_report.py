@@ -24,6 +24,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint impor
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_spec import SHAPES, SPEC_COLUMNS, compare_greedy, spec_rows
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_batch import BATCH_COLUMNS
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_turns import TURN_COLUMNS, summarize_turns
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import write_file_atomic
 
 KINDS = ('spec', 'batch', 'turns')
 # A configuration's or meta's key that names a secret (llama_server_api_key, hf_token, ...).
@@ -75,10 +76,7 @@ def tsv_text(columns, rows):
 
 
 def _write(path, text):
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as handle:
-        handle.write(text)
-    os.rename(tmp, path)
+    write_file_atomic(os.path.abspath(path), text.encode('utf-8'), 'report file')
 
 
 def _pyplot():

@@ -16,6 +16,8 @@ import os
 import stat
 import tempfile
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
+
 
 class ControllerFileError(Exception):
     """A dest or mode the write cannot take; the message names it and the fix."""
@@ -53,7 +55,7 @@ def write_text(dest, content, mode='0644', check=False):
         if not stat.S_ISREG(st.st_mode):
             raise ControllerFileError('dest %s exists and is not a regular file; move it away, nothing was written'
                                       % dest)
-        with open(dest, 'rb') as handle:
+        with open_regular(dest, what='file', follow=False) as handle:
             old = handle.read()
         if old == data and stat.S_IMODE(st.st_mode) == wanted_mode:
             return {'changed': False, 'before': old.decode('utf-8', 'replace')}

@@ -60,7 +60,8 @@ import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import (
     Client, DeadlineExceeded, HttpError, PolicyRefused, check_secret, redact, redirect_problem, url_problem)
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import file_kind, open_regular
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
+    FileRefused, check_name, file_kind, open_dir, open_parent, open_regular)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file
 from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import TrashError, retire
 
@@ -144,9 +145,9 @@ class _NotRegular(Exception):
 
 
 def read_stamp(dest):
-    """The stamp beside dest, or None (absent, not a regular file, not JSON, not an object)."""
+    """The stamp beside dest, or None (absent, a link, not a regular file, not JSON, not an object)."""
     try:
-        with open_regular(dest + STAMP_SUFFIX, _NotRegular, "stamp", max_bytes=1 << 16) as f:
+        with open_regular(dest + STAMP_SUFFIX, _NotRegular, "stamp", max_bytes=1 << 16, follow=False) as f:
             data = json.loads(f.read().decode("utf-8"))
         return data if isinstance(data, dict) else None
     except (OSError, ValueError, _NotRegular, RecursionError):
@@ -166,8 +167,11 @@ def stamp_matches(stamp, st, size, sha256):
         return False
 
 
-def write_stamp(dest, sha256, url):
-    st = os.stat(dest)
+def write_stamp(dest, sha256, url, directory=None):
+    """Write <dest>.verified.json by a new file and a rename in dest's directory (never through a link)."""
+    d = directory or open_parent(dest, "stamp", reserve=len(STAMP_SUFFIX))[0]
+    name = os.path.basename(dest)
+    st = os.stat(name, dir_fd=d.fd, follow_symlinks=False)
     stamp = {
         "version": STAMP_VERSION,
         "file": os.path.basename(dest),
@@ -178,27 +182,12 @@ def write_stamp(dest, sha256, url):
         "verified_at": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
         "source": redact_url(url),
     }
-    tmp = dest + STAMP_SUFFIX + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(stamp, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, dest + STAMP_SUFFIX)
-    return stamp
-
-
-def _fsync_dir(path):
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        d.write_atomic(name + STAMP_SUFFIX, (json.dumps(stamp, indent=1, sort_keys=True) + "\n").encode("utf-8"))
     finally:
-        os.close(fd)
+        if directory is None:
+            d.close()
+    return stamp
 
 
 class ProgressLog:
@@ -211,10 +200,14 @@ class ProgressLog:
         self._next = 0.0
         self._fh = None
         if path:
-            parent = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(parent):
-                os.makedirs(parent, 0o755)
-            self._fh = open(path, "a", buffering=1)
+            # O_APPEND|O_NOFOLLOW, a regular file with one link: never a FIFO (blocks) or a link (root writes elsewhere)
+            try:
+                d, name = open_parent(os.path.abspath(path), "progress log", create_mode=0o755)
+                with d:
+                    fd = d.open_existing_or_new(name, "progress log", append=True)
+            except FileRefused as e:
+                raise FetchError("progress_log %s. Nothing was downloaded" % e)
+            self._fh = os.fdopen(fd, "a", buffering=1)
 
     def line(self, text):
         if self._fh:
@@ -413,6 +406,7 @@ class Fetcher:
             "progress_log": progress_log,
         }
         self._log = None
+        self._dir = None
         self._transfer_s = 0.0
 
     # -- validation ------------------------------------------------------
@@ -447,16 +441,30 @@ class Fetcher:
         for what, path in (("trash_dir", self.trash_dir), ("progress_log", self.progress_log)):
             if path and not os.path.isabs(path):
                 raise FetchError("%s must be an absolute path, got %r. Nothing was downloaded" % (what, path))
-        if os.path.isdir(self.dest):
+        try:  # the stamp's name is the longest beside dest: a name it does not fit is refused before anything changes
+            check_name(os.path.basename(self.dest), "dest file name", reserve=len(STAMP_SUFFIX))
+        except FileRefused as e:
+            raise FetchError("dest %s. Nothing was downloaded" % e)
+        if os.path.isdir(self.dest) and not os.path.islink(self.dest):
             raise FetchError("dest %s is a directory; give the file path (<dir>/<file>.gguf)" % self.dest)
-        for path in (self.dest, self.part, self.lock):
+        for path in (self.dest, self.part, self.lock, self.dest + STAMP_SUFFIX):
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
             except OSError:
                 continue
             if not stat.S_ISREG(st.st_mode):
-                raise FetchError("%s exists and is %s, not a regular file: gguf_fetch neither reads nor moves it; "
-                                 "point dest elsewhere. Nothing was changed" % (path, file_kind(st.st_mode)))
+                raise FetchError("%s exists and is %s, not a regular file: gguf_fetch neither reads, follows nor "
+                                 "moves it; move it aside or point dest elsewhere. Nothing was changed"
+                                 % (path, file_kind(st.st_mode)))
+        for what, path, want_dir in (("trash_dir", self.trash_dir, True), ("progress_log", self.progress_log, False)):
+            try:
+                st = os.lstat(path) if path else None
+            except OSError:
+                continue
+            if st is not None and not (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)):
+                raise FetchError("%s %s is %s, not %s: move it aside or point %s elsewhere. Nothing was changed"
+                                 % (what, path, file_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file",
+                                    "a directory" if want_dir else "a regular file", what))
         if parent and not os.path.isdir(os.path.dirname(self.dest)) and not self.check_mode:
             raise FetchError("the directory of dest does not exist: %s (create it first: the directories option, or "
                              "ansible.builtin.file)" % os.path.dirname(self.dest))
@@ -505,7 +513,7 @@ class Fetcher:
     def _check_present(self):
         """Return 'verified', 'absent' or a mismatch dict for the current dest."""
         try:
-            st = os.stat(self.dest)
+            st = os.lstat(self.dest)
         except FileNotFoundError:
             return "absent"
         if st.st_size != self.size:
@@ -517,7 +525,9 @@ class Fetcher:
                 self.result["stamp"] = stamp
                 self.result["verified_by"] = "stamp"
                 return "verified"
-        h, n = hash_file(self.dest)
+        with self._open_ro(os.path.basename(self.dest), "dest") as f:
+            st = os.fstat(f.fileno())
+            h, n = hash_file(self.dest, fd=f.fileno())
         self.result["bytes_hashed"] += n
         found = h.hexdigest()
         if found != self.sha256:
@@ -527,7 +537,7 @@ class Fetcher:
         if self.check_mode:
             self.result["stamp"] = read_stamp(self.dest)
         else:
-            self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url)
+            self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url, self._dir)
         return "verified"
 
     def _refuse_a_wrong_declared_size(self, present):
@@ -550,12 +560,11 @@ class Fetcher:
     def _server_size(self):
         """The size the server reports for the url (a GET whose body is not read), or None when it cannot say."""
         try:
-            resp = self._request(build_opener(self.token, self.validate_certs), 0)
+            resp = self._request(_client(self.token, self.validate_certs), 0)
         except (FetchError, _Retryable):
             return None
         try:
-            code = resp.getcode() if hasattr(resp, "getcode") else resp.code
-            return parse_content_length(resp.headers.get("Content-Length"), self.url) if code == 200 else None
+            return parse_content_length(resp.headers.get("Content-Length"), self.url) if resp.status == 200 else None
         except FetchError:
             return None
         finally:
@@ -579,11 +588,18 @@ class Fetcher:
         resp.release_deadline()
         return resp
 
-    def _open_part(self, offset):
-        fd = os.open(self.part, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.ftruncate(fd, offset)
-        os.lseek(fd, offset, os.SEEK_SET)
-        return fd
+    def _open_ro(self, name, what):
+        """A file object for name in dest's directory: a regular file, never through a link."""
+        if self._dir is None:
+            return open_regular(os.path.join(os.path.dirname(self.dest), name), what=what, follow=False)
+        return self._dir.open_read(name, what)
+
+    def _open_part(self):
+        """fd of <dest>.part, created when absent: O_NOFOLLOW, a regular file with one link, never truncated here."""
+        try:
+            return self._dir.open_existing_or_new(os.path.basename(self.part), "partial download", readable=True)
+        except FileRefused as e:
+            raise FetchError("%s. gguf_fetch neither follows nor overwrites it; move it aside and re-run" % e)
 
     def _attempt(self, client, hasher, state):
         """One HTTP exchange. Returns 'complete' or raises _Retryable / FetchError."""
@@ -738,19 +754,24 @@ class Fetcher:
     def _download(self):
         """Download into .part (resuming), verify, promote. Returns the final status."""
         client = _client(self.token, self.validate_certs)
-        offset = os.path.getsize(self.part) if os.path.exists(self.part) else 0
-        state = {"offset": offset, "resumed_from": offset, "fd": None}
+        part_fd = self._open_part()
+        offset = os.fstat(part_fd).st_size
+        state = {"offset": offset, "resumed_from": offset, "fd": part_fd}
         chunk = self.chunk_size
         prefix_hasher = None
         if offset:
-            prefix_hasher, n = hash_file(self.part, limit=offset)
+            try:
+                prefix_hasher, n = hash_file(self.part, limit=offset, fd=part_fd)
+            except BaseException:
+                os.close(part_fd)
+                raise
+            os.lseek(part_fd, offset, os.SEEK_SET)
             self.result["bytes_hashed"] += n
             self._log.line("resume from byte %d (%s of %s already in %s; prefix hashed once)"
                            % (offset, human(offset), human(self.size), self.part))
         else:
             self._log.line("start %s -> %s (%d bytes, sha256 %s)" % (redact_url(self.url), self.dest, self.size, self.sha256))
         hasher = _PipelinedHasher(chunk, hasher=prefix_hasher)
-        state["fd"] = self._open_part(offset)
         failures = 0
         furthest = offset          # the furthest byte any attempt of this run reached
         max_attempts = (self.retries + 1) * ATTEMPTS_PER_TRY
@@ -787,15 +808,15 @@ class Fetcher:
                 os.fsync(state["fd"])
         finally:
             hasher.close()
+            got = os.fstat(state["fd"]).st_size
             os.close(state["fd"])
-            if not offset and not state["offset"] and os.path.getsize(self.part) == 0:
-                os.unlink(self.part)  # the empty .part this run created: nothing worth keeping
+            if not offset and not state["offset"] and got == 0:
+                self._dir.unlink(os.path.basename(self.part))  # the empty .part this run created: nothing worth keeping
             self.result["elapsed_s"] = round(time.monotonic() - t_start, 3)
             if self._transfer_s > 0:
                 self.result["rate_bytes_per_s"] = int(self.result["bytes_downloaded"] / self._transfer_s)
             self._log.progress(state["offset"], self.size, self.result["rate_bytes_per_s"], force=True)
         self.result["resumed_from"] = state["resumed_from"]
-        got = os.path.getsize(self.part)
         if got != self.size or digest != self.sha256:
             reason = ("size mismatch after download: expected %d, got %d" % (self.size, got)
                       if got != self.size else
@@ -803,10 +824,8 @@ class Fetcher:
             entry = self._trash(self.part, reason, got, digest)
             raise FetchError("%s from %s; the .part was moved to %s (never promoted). If the manifest is right, the "
                              "source served wrong bytes: re-run to download again" % (reason, redact_url(self.url), entry["path"]))
-        os.replace(self.part, self.dest)
-        if self.fsync:
-            _fsync_dir(os.path.dirname(self.dest))
-        self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url)
+        self._dir.replace(os.path.basename(self.part), os.path.basename(self.dest), fsync=self.fsync)
+        self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url, self._dir)
         self._log.line("verified and promoted %s (%d bytes, sha256 %s, %s/s)"
                        % (self.dest, self.size, digest, human(self.result["rate_bytes_per_s"])))
         return "resumed" if state["resumed_from"] else "downloaded"
@@ -825,6 +844,17 @@ class Fetcher:
     # -- entry -----------------------------------------------------------
     def run(self):
         self._validate()
+        try:  # every name below is used relative to this descriptor: a directory swapped for a link changes nothing
+            self._dir = open_dir(os.path.dirname(self.dest), "directory of dest", must_exist=not self.check_mode)
+        except FileRefused as e:
+            raise FetchError("%s. Nothing was changed" % e)
+        try:
+            return self._run()
+        finally:
+            if self._dir is not None:
+                self._dir.close()
+
+    def _run(self):
         r = self.result
         present = self._check_present()
         if present == "verified":
@@ -834,7 +864,8 @@ class Fetcher:
         if isinstance(present, dict):
             r["mismatch"] = present
             self._refuse_a_wrong_declared_size(present)
-        part_len = os.path.getsize(self.part) if os.path.exists(self.part) else 0
+        part_st = self._dir.lstat(os.path.basename(self.part)) if self._dir is not None else None
+        part_len = part_st.st_size if part_st is not None else 0
         part_too_long = part_len > self.size
 
         if self.check_mode:
@@ -887,25 +918,27 @@ class Fetcher:
 
     def _lock(self):
         """flock <dest>.lock (one lock per destination file); refuse at once when another fetch holds it."""
+        name = os.path.basename(self.lock)
         while True:
-            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                fd = self._dir.open_existing_or_new(name, "lock file", mode=0o600)
+            except FileRefused as e:
+                raise FetchError("%s. Nothing was changed" % e)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
                 raise FetchError("another gguf_fetch is writing %s (flock on %s held); wait for it to finish"
                                  % (self.dest, self.lock))
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.lock).st_ino
-            except FileNotFoundError:
-                same = False
+            cur = self._dir.lstat(name)
+            same = cur is not None and os.fstat(fd).st_ino == cur.st_ino
             if same:
                 return fd
             os.close(fd)  # the holder removed it between our open and our lock: lock the new one
 
     def _unlock(self, fd):
         try:
-            os.unlink(self.lock)  # while still held: a waiter that opened it re-checks the inode
+            self._dir.unlink(os.path.basename(self.lock))  # while still held: a waiter that opened it re-checks the inode
         except OSError:
             pass
         os.close(fd)

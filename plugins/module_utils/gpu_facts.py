@@ -19,11 +19,12 @@ with ReqEn+ gets the hostcall buffer RCCL's kernels need from ROCr.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import errno
 import json
 import os
 import re
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, decode_text, open_regular, read_text as _read_file_text
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
 
 VENDOR_AMD = '0x1002'
@@ -142,16 +143,22 @@ def resolve(root, path):
     return '/' + '/'.join(done)
 
 
+SYSFS_MAX_BYTES = 1024 * 1024   # a sysfs attribute is at most a page; KFD properties a few hundred bytes
+
+
 def read_text(root, path):
-    """Stripped content of a host file, or None when it does not exist."""
+    """Stripped content of a host file, or None when it does not exist.
+
+    A regular file only, opened O_NONBLOCK and read to EOF (sysfs says 4096 whatever it holds), at most
+    SYSFS_MAX_BYTES, UTF-8: a FIFO, a device or a directory in a recorded tree is refused by name.
+    """
     real = host_path(root, path)
     try:
-        with open(real, 'r') as handle:
-            return handle.read().strip()
-    except (IOError, OSError) as exc:
-        if not os.path.exists(real):
+        return _read_file_text(real, 'sysfs attribute', SYSFS_MAX_BYTES).strip()
+    except FileRefused as exc:
+        if exc.errno == errno.ENOENT or not os.path.lexists(real):
             return None
-        raise GpuFactsError('%s: cannot read (%s)' % (real, exc))
+        raise GpuFactsError('%s; re-record the tree, or read the live /sys' % exc)
 
 
 def read_int(root, path, what):
@@ -899,9 +906,11 @@ def load_facts(path, include_integrated=False):
     and the topology text are derived again from the recorded cards."""
     try:
         with open_regular(path, _FactsFileError, 'saved gpu_facts result', max_bytes=FACTS_FILE_MAX_BYTES) as handle:
-            data = json.loads(handle.read().decode('utf-8'))
+            data = json.loads(decode_text(handle.read(FACTS_FILE_MAX_BYTES + 1), path, 'saved gpu_facts result'))
     except _FactsFileError as exc:
         raise GpuFactsError('facts_file %s: %s' % (path, exc.args[1]))
+    except FileRefused as exc:
+        raise GpuFactsError('facts_file %s' % exc)
     except (IOError, OSError) as exc:
         raise GpuFactsError('facts_file %s: cannot read (%s)' % (path, exc))
     except (ValueError, RecursionError) as exc:

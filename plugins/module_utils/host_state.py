@@ -21,6 +21,8 @@ import re
 import shutil
 import stat
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_read_fd, read_fd
+
 UNIT_PROPERTIES = ('LoadState', 'ActiveState', 'SubState', 'UnitFileState', 'MainPID', 'NRestarts', 'FragmentPath')
 INT_PROPERTIES = ('MainPID', 'NRestarts')
 # ss -Hltnp: ... users:(("llama-server",pid=1234,fd=3),("x",pid=5,fd=6))
@@ -41,16 +43,20 @@ def _name(table, key, number):
 
 
 def sha1_file(path, max_bytes=CHECKSUM_MAX_BYTES):
-    """Hex sha1 of a regular file (Ansible's ``checksum`` algorithm), None above max_bytes or unreadable."""
+    """Hex sha1 of a regular file (Ansible's ``checksum`` algorithm), None above max_bytes or unreadable.
+
+    What a role converges is a regular file with a real length; a kernel file (/proc, /sys) says 0 or 4096
+    whatever it holds, may never end, or may wait for data. So the file is opened O_NONBLOCK|O_NOFOLLOW (the
+    lstat said it is no link; a link put there since is not followed) and read to EOF without blocking,
+    never past max_bytes: an endless or waiting file gets None, not a hang.
+    """
     try:
-        if os.path.getsize(path) > max_bytes:
-            return None
-        digest = hashlib.sha1()
-        with open(path, 'rb') as handle:
-            for block in iter(lambda: handle.read(1024 * 1024), b''):
-                digest.update(block)
-        return digest.hexdigest()
-    except (IOError, OSError):
+        fd = open_read_fd(path, 'file', max_bytes, follow=False)
+        try:
+            return hashlib.sha1(read_fd(fd, path, 'file', max_bytes)).hexdigest()
+        finally:
+            os.close(fd)
+    except (FileRefused, IOError, OSError):
         return None
 
 

@@ -30,6 +30,8 @@ import shutil
 import subprocess
 import time
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
+    open_parent, open_regular, read_text, write_file_atomic)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
 
 BACKENDS = ('hip', 'cuda', 'cpu')
@@ -447,9 +449,8 @@ def cpu_count():
 
 def read_stamp(path):
     try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (IOError, OSError, ValueError):
+        return json.loads(read_text(path, 'build stamp', 1 << 20))
+    except (IOError, OSError, ValueError, RecursionError):
         return None
 
 
@@ -521,9 +522,8 @@ TOOLCHAIN_MARKER = '.dankfleet-toolchain-sha256'
 
 def toolchain_ready(root, sha256):
     try:
-        with open(os.path.join(root, TOOLCHAIN_MARKER)) as handle:
-            return handle.read().strip() == sha256
-    except (IOError, OSError):
+        return read_text(os.path.join(root, TOOLCHAIN_MARKER), 'toolchain marker', 4096).strip() == sha256
+    except (IOError, OSError, ValueError):
         return False
 
 
@@ -545,8 +545,7 @@ def unpack_toolchain(tarball, sha256, root, strip=0, clang=None):
         shutil.rmtree(partial, ignore_errors=True)
         raise ReleaseError("the toolchain %s has no executable %s; set llama_cpp_build_toolchain_clang to the "
                            "toolchain-relative path of its clang (TheRock: lib/llvm/bin/clang)" % (tarball, clang))
-    with open(os.path.join(partial, TOOLCHAIN_MARKER), 'w') as handle:
-        handle.write(sha256 + '\n')
+    write_file_atomic(os.path.join(partial, TOOLCHAIN_MARKER), (sha256 + '\n').encode('utf-8'), 'toolchain marker')
     _replace_tree(partial, root)
     return True
 
@@ -575,7 +574,10 @@ def check_checkout(src_dir, ref):
 
 def run_logged(argv, env, log_path, cwd=None):
     """Run argv with exactly `env`, appending stdout+stderr to log_path. Returns rc."""
-    with open(log_path, 'ab') as log:
+    log_dir, log_name = open_parent(os.path.abspath(log_path), 'build log')
+    with log_dir:  # appended, never through a link or into a FIFO
+        log_fd = log_dir.open_existing_or_new(log_name, 'build log', append=True)
+    with os.fdopen(log_fd, 'ab') as log:
         log.write(('$ %s\n' % ' '.join(argv)).encode('utf-8'))
         log.flush()
         try:
@@ -586,10 +588,16 @@ def run_logged(argv, env, log_path, cwd=None):
         return proc.wait()
 
 
+TAIL_BYTES = 256 * 1024
+
+
 def tail(path, lines=40):
+    """The last lines of a log (its last TAIL_BYTES only: a build log can be hundreds of MB)."""
     try:
-        with open(path, 'rb') as handle:
-            data = handle.read().decode('utf-8', 'replace').splitlines()
+        with open_regular(path, what='build log') as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - TAIL_BYTES))
+            data = handle.read(TAIL_BYTES).decode('utf-8', 'replace').splitlines()
     except (IOError, OSError):
         return ''
     return '\n'.join(data[-lines:])
@@ -651,7 +659,7 @@ def build(configure, build_cmd, env, log_path, build_dir, ccache=None):
 
 def is_elf(path):
     try:
-        with open(path, 'rb') as handle:
+        with open_regular(path, what='file') as handle:
             return handle.read(4) == b'\x7fELF'
     except (IOError, OSError):
         return False
@@ -906,10 +914,8 @@ def bundle(build_dir, staging_dir, targets, backend, toolchain_root=None, device
 def write_stamp(release_dir, inputs, outputs):
     stamp = {'inputs': inputs, 'outputs': outputs}
     path = os.path.join(release_dir, 'BUILD_STAMP.json')
-    with open(path + '.tmp', 'w') as handle:
-        json.dump(stamp, handle, indent=2, sort_keys=True)
-        handle.write('\n')
-    os.rename(path + '.tmp', path)
+    write_file_atomic(os.path.abspath(path), (json.dumps(stamp, indent=2, sort_keys=True) + '\n').encode('utf-8'),
+                      'build stamp')
     return stamp
 
 

@@ -15,7 +15,27 @@ there (from the source tree, from here). Keep it stdlib-only and importable as a
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import os
 import re
+import stat
+
+try:
+    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
+except ImportError:  # installed alone beside llama_env_check.py on the host: the same rules, stdlib only
+    def read_text(path, what, max_bytes):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError('%s is not a regular file' % path)
+            data = os.read(fd, max_bytes + 1)
+        finally:
+            os.close(fd)
+        if len(data) > max_bytes:
+            raise OSError('%s is more than the %d bytes a %s can be' % (path, max_bytes, what))
+        try:
+            return data.decode('utf-8')
+        except UnicodeDecodeError as exc:
+            raise OSError('%s is not UTF-8 text: byte offset %d' % (path, exc.start))
 
 NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 DOUBLE_QUOTE_ESCAPES = '"\\`$'
@@ -89,13 +109,15 @@ def parse(text):
     return variables, problems
 
 
+ENV_FILE_MAX_BYTES = 1024 * 1024
+
+
 def read_env_file(path):
     """(variables, problems) of the env file at ``path``; LlamaEnvError when it cannot be read."""
-    try:
-        with open(path) as handle:
-            text = handle.read()
+    try:  # a regular UTF-8 file of at most ENV_FILE_MAX_BYTES: never a FIFO (blocks) or a device
+        text = read_text(path, 'env file', ENV_FILE_MAX_BYTES)
     except (IOError, OSError) as exc:
-        raise LlamaEnvError('the env file %s is not readable (%s)' % (path, exc))
+        raise LlamaEnvError('the env file %s is not readable (%s)' % (path, getattr(exc, 'cause', None) or exc))
     return parse(text)
 
 

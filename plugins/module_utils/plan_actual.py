@@ -26,13 +26,17 @@ What "actual" means per device (the figure each backend's planner bound was cali
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import errno
 import json
 import os
 import re
+import stat
 import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
+    FileRefused, check_name, open_dir, read_text)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
 
@@ -76,12 +80,21 @@ def _p(root, path):
     return os.path.join(root, path.lstrip("/"))
 
 
+KERNEL_FILE_MAX_BYTES = 1024 * 1024     # /proc/<pid>/status, a sysfs attribute, KFD properties: a few KiB
+RECORDS_MAX_BYTES = 64 * 1024 * 1024    # the plan-vs-actual history: ~2 KiB a record, a gate a deploy
+_GONE = (errno.ENOENT, errno.ESRCH, errno.EACCES, errno.EPERM, errno.ENOTDIR)
+
+
 def _read(root, path):
+    """A kernel file's text, None when it is gone (a process that exited) or unreadable; a FIFO, a device or an
+    endless file in a recorded tree is refused by name, never waited for. Process names are any bytes: they are
+    decoded with replacement, not refused."""
     try:
-        with open(_p(root, path)) as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
+        return read_text(_p(root, path), "kernel file", KERNEL_FILE_MAX_BYTES, errors="replace")
+    except FileRefused as exc:
+        if exc.errno in _GONE:
+            return None
+        raise PlanActualError("%s: the tree under %s is not what the kernel shows there" % (exc, root))
 
 
 def _read_int(root, path):
@@ -486,12 +499,11 @@ def model_sha256(model_path, given=""):
         return None, "no model file"
     st = os.stat(model_path)
     try:
-        with open(model_path + ".verified.json") as handle:
-            stamp = json.load(handle)
+        stamp = json.loads(read_text(model_path + ".verified.json", "stamp", 1 << 16, follow=False))
         if (int(stamp.get("size", -1)) == st.st_size and int(stamp.get("mtime_ns", -1)) == st.st_mtime_ns
                 and int(stamp.get("inode", -1)) == st.st_ino and re.match(r"^[0-9a-f]{64}$", str(stamp.get("sha256")))):
             return str(stamp["sha256"]), "stamp"
-    except (IOError, OSError, ValueError, TypeError):
+    except (IOError, OSError, ValueError, TypeError, AttributeError, RecursionError):
         pass
     return sha256_file(model_path), "hashed"
 
@@ -526,12 +538,19 @@ def make_record(backend, rows, release="", model_sha="", model_path="", shape=No
 
 
 def load_records(path):
-    """The records of a plan-vs-actual.json ([] when absent); a file that is not a JSON list is an error."""
-    if not os.path.exists(path):
+    """The records of a plan-vs-actual.json ([] when absent); a file that is not a JSON list is an error.
+
+    A regular file, never a link (it is rewritten by rename where the service user may write), UTF-8 JSON."""
+    if not os.path.lexists(path):
         return []
     try:
-        with open(path) as handle:
-            data = json.load(handle)
+        data = json.loads(read_text(path, "plan-vs-actual history", RECORDS_MAX_BYTES, follow=False))
+    except FileRefused as exc:
+        raise PlanActualError("%s: move it aside (it is the plan-vs-actual history; nothing here deletes it) and the "
+                              "next gate starts a new one" % exc)
+    except RecursionError:
+        raise PlanActualError("%s nests too deep to be plan-vs-actual records: move it aside and the next gate starts "
+                              "a new one" % path)
     except ValueError as exc:
         raise PlanActualError("%s is not valid JSON (%s): move it aside (it is the plan-vs-actual history; nothing "
                               "here deletes it) and the next gate starts a new one" % (path, exc))
@@ -545,18 +564,31 @@ def load_records(path):
     return data
 
 
-def _atomic_write(path, text, mode=0o644):
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, mode)
-    os.rename(tmp, path)
+def _open_dir(directory, what):
+    try:
+        return open_dir(os.path.abspath(directory), what)
+    except FileRefused as exc:
+        raise PlanActualError("%s: create it, or point %s at a real directory. Nothing was written" % (exc, what))
+
+
+def check_dir(directory, what):
+    """PlanActualError unless directory opens as the layer opens it (a directory, no link another user can change)."""
+    _open_dir(directory, what).close()
+
+
+def _atomic_write(path, text, mode=0o644, what="directory"):
+    """A new file renamed over path inside its opened directory (O_EXCL|O_NOFOLLOW temporary, fsynced)."""
+    with _open_dir(os.path.dirname(path), what) as d:
+        try:
+            d.write_atomic(os.path.basename(path), text.encode("utf-8"), mode=mode)
+        except FileRefused as exc:
+            raise PlanActualError("%s. Nothing was written" % exc)
 
 
 def append_record(path, record):
     records = load_records(path)
     records.append(record)
-    _atomic_write(path, json.dumps(records, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    _atomic_write(path, json.dumps(records, indent=1, sort_keys=True, allow_nan=False) + "\n", what="state_dir")
     return len(records)
 
 
@@ -593,14 +625,33 @@ def render_textfile(record):
     return "\n".join(lines) + "\n"
 
 
+def check_textfile_name(name):
+    """textfile_name as one plain file name inside textfile_dir, or PlanActualError (no '/', no '..')."""
+    try:
+        return check_name(name, "textfile_name", reserve=0)
+    except FileRefused as exc:
+        raise PlanActualError("%s; give a name like %s. Nothing was written" % (exc, TEXTFILE_NAME))
+
+
 def write_textfile(directory, text, name=TEXTFILE_NAME):
     """Atomically (node-exporter must never read half a file); returns (path, changed)."""
+    check_textfile_name(name)
     path = os.path.join(directory, name)
-    old = None
-    if os.path.exists(path):
-        with open(path) as handle:
-            old = handle.read()
-    if old == text:
-        return path, False
-    _atomic_write(path, text)
+    with _open_dir(directory, "textfile_dir") as d:
+        old = None
+        st = d.lstat(name)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise PlanActualError("%s is a directory where the textfile belongs: move it aside. Nothing was written"
+                                  % path)
+        if st is not None:
+            try:
+                old = d.read_text(name, "node-exporter textfile", RECORDS_MAX_BYTES)
+            except FileRefused:
+                old = None   # a link, FIFO, device or garbage there is replaced by the new file, never followed
+        if old == text:
+            return path, False
+        try:
+            d.write_atomic(name, text.encode("utf-8"))
+        except FileRefused as exc:
+            raise PlanActualError("%s. Nothing was written" % exc)
     return path, True

@@ -77,6 +77,11 @@ options:
       - Absolute path of the file to create (a relative path is refused). Its directory must exist, or be one of
         O(directories).
       - The download goes to C(<dest>.part) and the stamp to C(<dest>.verified.json).
+      - Its directory may belong to another user (the service user's models directory); every name in it is
+        used relative to the opened directory, and a C(dest), C(.part), C(.lock) or stamp that is a symbolic
+        link, FIFO, socket or directory is refused before anything changes, as is a link among the directory's
+        components below a directory another user can write (see docs/SECURITY.md).
+      - The file name may be at most 241 bytes, so that C(<dest>.verified.json) fits the filesystem's 255.
     type: path
     required: true
   size:
@@ -137,6 +142,7 @@ options:
       - File to append progress lines to (start, resume, retries, bytes, rate, ETA,
         trash moves, the result), for C(tail -f) during a long download.
       - Not written in check mode. Omit for no log.
+      - Absent or a regular file; appended without following a link.
     type: path
   progress_interval:
     description:
@@ -367,6 +373,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, Fetcher, fetch
 from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import url_credentials
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_dir
 
 
 def ensure_directories(module, directories):
@@ -378,10 +385,16 @@ def ensure_directories(module, directories):
         if os.path.lexists(d["path"]) and not os.path.isdir(d["path"]):
             module.fail_json(msg="directories: %s exists and is not a directory: move it aside or point the "
                                  "directory elsewhere. Nothing was changed" % d["path"], directories=[])
+        try:  # no link below a directory another user can write, no file where a directory belongs
+            found = open_dir(os.path.normpath(d["path"]), "directories item", must_exist=False)
+        except FileRefused as e:
+            module.fail_json(msg="directories: %s. Nothing was changed" % e, directories=[])
+        if found is not None:
+            found.close()
     out = []
     for d in directories:
         path = os.path.normpath(d["path"])
-        attrs = dict(owner=d.get("owner"), group=d.get("group"), mode=d.get("mode"), follow=True)
+        attrs = dict(owner=d.get("owner"), group=d.get("group"), mode=d.get("mode"), follow=False)
         missing = []
         cur = path
         while not os.path.lexists(cur):
@@ -392,9 +405,9 @@ def ensure_directories(module, directories):
             entry.update(state="would_create", changed=True)
         elif missing:
             for p in reversed(missing):
-                try:
-                    os.mkdir(p)
-                except OSError as e:
+                try:  # made relative to its opened parent, never through a link
+                    open_dir(p, "directories item", create_mode=0o755).close()
+                except (FileRefused, OSError) as e:
                     module.fail_json(msg="directories: could not create %s: %s" % (p, to_native(e)), directories=out)
                 module.set_fs_attributes_if_different(module.load_file_common_arguments(attrs, path=p), True)
             entry.update(state="created", changed=True)

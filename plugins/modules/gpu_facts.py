@@ -272,17 +272,18 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import (
     GpuFactsError, LSPCI_ARGS, NVIDIA_SMI_ARGS, ROCM_SMI_ARGS, collect, load_facts)
 
 
 def _read_file(module, option):
+    """A tool's saved output: a regular UTF-8 file (never a FIFO or a device), at most 16 MiB."""
     path = module.params[option]
     try:
-        with open(path, 'r') as handle:
-            return handle.read()
+        return read_text(path, 'saved %s' % option.replace('_output_file', ' output'))
     except (IOError, OSError) as exc:
-        module.fail_json(msg='%s %s: cannot read (%s)' % (option, path, exc))
+        module.fail_json(msg='%s %s: cannot read (%s)' % (option, path, getattr(exc, 'cause', None) or exc))
 
 
 def _run_tool(module, name, args, warnings, required_for):

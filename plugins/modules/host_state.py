@@ -18,6 +18,8 @@ description:
     host round trip instead of one per probe and per file.
   - Paths are read with C(lstat) (a symlink is reported as a link, with its target); a regular file up to
     O(checksum_max_bytes) gets a sha1 RV(paths.checksum), the algorithm of Ansible's own C(checksum).
+  - The checksum is read to EOF without blocking and without following a link; a kernel file (C(/proc), C(/sys))
+    that waits for data or holds more than O(checksum_max_bytes) whatever its size says gets C(null), never a hang.
   - Never changes anything; runs the same in check mode.
 author:
   - dankfleet engineers (@dankfleet)

@@ -85,7 +85,7 @@ options:
     type: bool
     default: false
   textfile_name:
-    description: File name of the textfile in O(textfile_dir).
+    description: File name of the textfile in O(textfile_dir); one plain name (no C(/), not C(..)), or it is refused.
     type: str
     default: llm_plan_actual.prom
   gpus:
@@ -228,6 +228,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
 
 ARGUMENT_SPEC = dict(
     plan=dict(type='dict', default={}),
@@ -252,11 +253,11 @@ ARGUMENT_SPEC = dict(
 
 
 def _read_file(module, path, what):
+    """A saved tool output: a regular UTF-8 file (never a FIFO or a device), at most 16 MiB."""
     try:
-        with open(path) as handle:
-            return handle.read()
+        return read_text(path, 'saved nvidia-smi output')
     except (IOError, OSError) as exc:
-        module.fail_json(msg='%s %s is not readable: %s' % (what, path, exc))
+        module.fail_json(msg='%s %s is not readable: %s' % (what, path, getattr(exc, 'cause', None) or exc))
 
 
 def _nvidia_smi(module, args):
@@ -273,6 +274,10 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            required_one_of=[('pid', 'service')], mutually_exclusive=[('pid', 'service')])
     p = module.params
+    try:  # a name that climbs out of textfile_dir is refused before anything is read or written
+        pa.check_textfile_name(p['textfile_name'])
+    except pa.PlanActualError as exc:
+        module.fail_json(msg=str(exc))
     backend = p['backend']
     warnings = []
     pid = p['pid']
@@ -329,6 +334,9 @@ def main():
         if textfile_dir and not os.path.isdir(textfile_dir):
             module.fail_json(msg='textfile_dir %s does not exist: create it (node-exporter --collector.textfile.'
                                  'directory), leave it empty for no textfile, or set textfile_dir_optional' % textfile_dir)
+        pa.check_dir(p['state_dir'], 'state_dir')  # both directories are checked before either is written
+        if textfile_dir:
+            pa.check_dir(textfile_dir, 'textfile_dir')
         sha, sha_source = pa.model_sha256(model_path, p['model_sha256'])
         record = pa.make_record(backend, rows, release=env.get('LLAMA_RELEASE', ''), model_sha=sha,
                                 model_path=model_path, shape=pa.env_shape(env), plan=p['plan'])
@@ -339,10 +347,13 @@ def main():
     count = None
     textfile = None
     if p['record'] and not module.check_mode:
-        count = pa.append_record(records_path, record)
-        changed = True
-        if textfile_dir:
-            textfile, _ = pa.write_textfile(textfile_dir, pa.render_textfile(record), p['textfile_name'])
+        try:
+            count = pa.append_record(records_path, record)
+            changed = True
+            if textfile_dir:
+                textfile, _ = pa.write_textfile(textfile_dir, pa.render_textfile(record), p['textfile_name'])
+        except pa.PlanActualError as exc:
+            module.fail_json(msg=str(exc), changed=changed)
     elif textfile_dir:
         textfile = os.path.join(textfile_dir, p['textfile_name'])
     text = pa.table(rows)
