@@ -105,7 +105,7 @@ options:
 notes:
   - In the results, bytes of a name that are not UTF-8 are shown as C(\xHH) (JSON carries text only);
     the MANIFEST and the files keep the real bytes.
-  - docs/SECURITY-trash.md says who can write where and what each check stops.
+  - docs/SECURITY.md, "The trash record" says who can write where and what each check stops.
 seealso:
   - module: ansible.builtin.systemd_service
 '''
