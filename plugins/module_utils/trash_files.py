@@ -64,13 +64,12 @@ import datetime
 import errno
 import glob
 import grp
-import hashlib
 import os
 import pwd
 import re
 import stat
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import HASH_READ_CHUNK, sha256_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file, sha256_file
 
 MANIFEST_NAME = 'MANIFEST'
 MANIFEST_HEADER = '# dankfleet.llm trash MANIFEST v3'
@@ -120,20 +119,8 @@ _RENAME_NOREPLACE = 1
 
 
 def sha256_fd(fd):
-    """The hex sha256 of an open descriptor read from byte 0 (pread: a file opened O_NOFOLLOW at a dir_fd).
-
-    Kept here until sha256.hash_file takes a descriptor (the file layer's branch adds ``fd=``); then this is
-    ``hash_file(None, fd=fd)[0].hexdigest()``.
-    """
-    h = hashlib.sha256()
-    mv = memoryview(bytearray(HASH_READ_CHUNK))
-    offset = 0
-    while True:
-        got = os.preadv(fd, [mv], offset)
-        if not got:
-            return h.hexdigest()
-        h.update(mv[:got])
-        offset += got
+    """The hex sha256 of an open descriptor read from byte 0 (pread: a file opened O_NOFOLLOW at a dir_fd)."""
+    return hash_file(None, fd=fd)[0].hexdigest()
 
 
 class TrashError(Exception):
