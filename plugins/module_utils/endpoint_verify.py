@@ -17,8 +17,8 @@ skipped with the reason when the live shape (its env file) does not configure th
   ``SPEC_TYPE`` every slot's own ``timings.draft_n`` must be above 0 - b11434's ``/slots`` carries only
   ``speculative`` (a bool) and ``/metrics`` only global counters, the per-request ``timings`` are the one
   per-slot draft figure (tools/server/server-common.cpp ``server_slot_stats::to_json``);
-- ``prefix_cache``: the same prompt twice on one slot; the second re-prefills at most a few tokens
-  (``timings.prompt_n``);
+- ``prefix_cache``: one prompt, then the same conversation carried on, on one slot; the second
+  re-prefills at most a few of the first's tokens (``timings.prompt_n`` against the new tokens);
 - ``window``: a prompt filling ``window_fraction`` of one slot's context is accepted and answered.
 
 A configured feature that does not work (stream, tools, vision, a slot that never drafts, a refused
@@ -185,7 +185,7 @@ def would_send(expect, opts):
     o.update(opts or {})
     base, alias = expect['base'], expect['alias']
     out = []
-    for name in o['checks']:
+    for name in CHECKS:
         why = skip_reason(name, expect, o)
         if why:
             out.append('%s: skipped - %s' % (name, why))
@@ -210,8 +210,8 @@ def _describe(name, expect, o, base, alias):
                 % (expect['slots'], chat, expect['slots'] - 1, o['slot_max_tokens'],
                    (': each slot timings.draft_n > 0 (SPEC_TYPE=%s)' % expect['spec']) if expect['spec'] else ''))
     if name == 'prefix_cache':
-        return chat + ' twice with one prompt on slot 0: the second re-prefills at most %d token(s)' % (
-            o['prefix_cache_max_reprefill'])
+        return chat + (' twice on slot 0, one prompt then that conversation carried on: the second re-prefills at '
+                       'most %d of the first\'s tokens' % o['prefix_cache_max_reprefill'])
     return ('POST %s/tokenize to size the prompt, then %s with a prompt of %s of one slot (%s tokens): accepted and '
             'answered' % (base, chat, o['window_fraction'], expect['slot_ctx'] or 'n_ctx from /props'))
 
@@ -234,31 +234,60 @@ def skip_reason(name, expect, o):
 
 # --- the checks ---------------------------------------------------------------------------------
 
-def check_stream(ep, expect, o):
-    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], 'Count from one to five.', 8, stream=True),
-                         timeout=o['request_timeout'])
-    if code != 200:
-        return 'fail', 'the stream answered HTTP %s: %s' % (code, _short(error_text(body))), {'status': code}
+def parse_sse(body):
+    """(chunks with choices, whether ``data: [DONE]`` closed the stream, malformed events: JSON without choices,
+    text that is not JSON, anything after [DONE])."""
     chunks, done, bad = 0, False, 0
     for line in body.splitlines():
         if not line.startswith('data:'):
             continue
         data = line[5:].strip()
-        if data == '[DONE]':
-            done = True
-            continue
         if done:
-            bad += 1                               # data after [DONE]
-            continue
-        if 'choices' in _json(data):
+            bad += 1
+        elif data == '[DONE]':
+            done = True
+        elif 'choices' in _json(data):
             chunks += 1
         else:
             bad += 1
+    return chunks, done, bad
+
+
+def check_stream(ep, expect, o):
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], 'Count from one to five.', 8, stream=True),
+                         timeout=o['request_timeout'])
+    if code != 200:
+        return 'fail', 'the stream answered HTTP %s: %s' % (code, _short(error_text(body))), {'status': code}
+    chunks, done, bad = parse_sse(body)
     figures = {'status': code, 'chunks': chunks, 'done': done}
     if chunks < 1 or not done or bad:
         return 'fail', ('the SSE answer had %d chunk(s), %d malformed event(s) and %s: a client that streams gets '
                         'no answer' % (chunks, bad, 'data: [DONE]' if done else 'no data: [DONE]')), figures
     return 'pass', '%d chunk(s), then [DONE]' % chunks, figures
+
+
+def tool_message_problems(msg, tool=TOOL['function']['name']):
+    """What is malformed in an answer's message to a request offering one tool ([] when well-formed): each tool
+    call names that tool with JSON-object arguments; without a call, the content is a string."""
+    calls = msg.get('tool_calls') or []
+    problems = []
+    if not isinstance(calls, list):
+        problems.append('tool_calls is a %s, not a list' % type(calls).__name__)
+        calls = []
+    for i, call in enumerate(calls):
+        fn = call.get('function') if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or fn.get('name') != tool:
+            problems.append('tool_calls[%d] names %r, not the one tool offered' % (i, (fn or {}).get('name')))
+            continue
+        try:
+            args = json.loads(fn.get('arguments') or '{}')
+        except (TypeError, ValueError):
+            args = None
+        if not isinstance(args, dict):
+            problems.append('tool_calls[%d].function.arguments is not a JSON object: %r' % (i, fn.get('arguments')))
+    if not calls and not isinstance(msg.get('content'), str):
+        problems.append('neither tool_calls nor a content string')
+    return problems
 
 
 def check_tools(ep, expect, o):
@@ -272,24 +301,8 @@ def check_tools(ep, expect, o):
     msg = _message(answer)
     if msg is None:
         return 'fail', 'HTTP 200 but no choices[0].message: %s' % _short(text), figures
-    calls = msg.get('tool_calls') or []
-    problems = []
-    if not isinstance(calls, list):
-        problems.append('tool_calls is a %s, not a list' % type(calls).__name__)
-        calls = []
-    for i, call in enumerate(calls):
-        fn = call.get('function') if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or fn.get('name') != TOOL['function']['name']:
-            problems.append('tool_calls[%d] names %r, not the one tool offered' % (i, (fn or {}).get('name')))
-            continue
-        try:
-            args = json.loads(fn.get('arguments') or '{}')
-        except (TypeError, ValueError):
-            args = None
-        if not isinstance(args, dict):
-            problems.append('tool_calls[%d].function.arguments is not a JSON object: %r' % (i, fn.get('arguments')))
-    if not calls and not isinstance(msg.get('content'), str):
-        problems.append('neither tool_calls nor a content string')
+    problems = tool_message_problems(msg)
+    calls = msg.get('tool_calls') if isinstance(msg.get('tool_calls'), list) else []
     figures.update(tool_calls=len(calls), finish_reason=(answer.get('choices') or [{}])[0].get('finish_reason'))
     if problems:
         return 'fail', 'the tool-call parser answered a malformed message: %s' % '; '.join(problems), figures
@@ -392,23 +405,38 @@ def _tokens(ep, text, timeout):
 
 
 def check_prefix_cache(ep, expect, o):
+    """One prompt, then the same conversation carried on (the first answer and one more question) on the same
+    slot: everything the first request prefilled is reused, only the new turn's tokens are prefilled. (A
+    verbatim repeat cannot show reuse on a hybrid model with --ctx-checkpoints 0: re-evaluating the last
+    prompt token needs a rollback the recurrent state cannot make, so it is always prefilled in full.)"""
     prompt = 'Summarise this list in one word: ' + filler(160)
-    figures = {}
-    runs = []
-    for _ in range(2):
-        code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], prompt, 1, id_slot=0),
-                             timeout=o['request_timeout'])
-        if code != 200:
-            return 'fail', 'a repeated prompt answered HTTP %s: %s' % (code, _short(error_text(body))), figures
-        timings = _json(body).get('timings') or {}
-        runs.append((int(timings.get('prompt_n') or 0), int(timings.get('cache_n') or 0)))
-    figures.update(first_prefilled=runs[0][0], second_prefilled=runs[1][0], second_cached=runs[1][1])
-    total = runs[1][0] + runs[1][1]
-    if runs[1][0] > o['prefix_cache_max_reprefill']:
-        return 'warn', ('the same prompt sent twice re-prefilled %d of %d tokens the second time (at most %d '
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], prompt, 1, id_slot=0),
+                         timeout=o['request_timeout'])
+    if code != 200:
+        return 'fail', 'the first prompt answered HTTP %s: %s' % (code, _short(error_text(body))), {}
+    first = _json(body)
+    answer = (_message(first) or {}).get('content') or ''
+    turn = {'model': expect['alias'], 'max_tokens': 1, 'temperature': 0, 'id_slot': 0,
+            'messages': [{'role': 'user', 'content': prompt}, {'role': 'assistant', 'content': answer},
+                         {'role': 'user', 'content': 'And in one more word?'}]}
+    code, body = ep.call('/v1/chat/completions', turn, timeout=o['request_timeout'])
+    if code != 200:
+        return 'fail', 'the carried-on conversation answered HTTP %s: %s' % (code, _short(error_text(body))), {}
+    second = _json(body)
+    t1, t2 = first.get('timings') or {}, second.get('timings') or {}
+    new = max(0, _usage(second, 'prompt_tokens') - _usage(first, 'prompt_tokens'))
+    prefilled = int(t2.get('prompt_n') or 0)
+    again = max(0, prefilled - new)
+    figures = {'first_prefilled': int(t1.get('prompt_n') or 0), 'second_prompt_tokens': _usage(second, 'prompt_tokens'),
+               'second_prefilled': prefilled, 'second_cached': int(t2.get('cache_n') or 0), 'new_tokens': new,
+               're_prefilled': again}
+    if again > o['prefix_cache_max_reprefill']:
+        return 'warn', ('carrying one conversation on re-prefilled %d of its %d earlier tokens (%d new; at most %d '
                         'expected): the prefix cache is not reused - read the journal for "forcing full prompt '
-                        're-processing"' % (runs[1][0], total, o['prefix_cache_max_reprefill'])), figures
-    return 'pass', 're-prefilled %d of %d tokens on the repeat' % (runs[1][0], total), figures
+                        're-processing"' % (again, _usage(first, 'prompt_tokens'), new,
+                                            o['prefix_cache_max_reprefill'])), figures
+    return 'pass', 're-prefilled %d of %d earlier tokens carrying the conversation on (%d new prefilled)' % (
+        again, _usage(first, 'prompt_tokens'), new), figures
 
 
 def check_window(ep, expect, o):

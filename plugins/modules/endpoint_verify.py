@@ -27,7 +27,9 @@ description:
     C(slots) - C(PARALLEL) concurrent echo requests, one pinned to each slot with C(id_slot); with a C(SPEC_TYPE) every
     slot's own C(timings.draft_n) must be above 0 (b11434's C(/slots) has no per-slot draft counter, C(/metrics) only
     global ones);
-    C(prefix_cache) - one prompt twice on slot 0, the second re-prefilling at most O(prefix_cache_max_reprefill) tokens;
+    C(prefix_cache) - one prompt, then that conversation carried on (its answer and one more question) on slot 0,
+    the second re-prefilling at most O(prefix_cache_max_reprefill) of the first's tokens (a verbatim repeat is
+    always prefilled in full on a hybrid model with C(--ctx-checkpoints 0));
     C(window) - a prompt of O(window_fraction) of one slot's context (sized with C(/tokenize)) accepted and answered,
     its time in the result."
   - C(stream), C(tools), C(vision), C(slots) and C(window) failing are RV(findings) (RV(passed) false; the role rolls back
@@ -69,7 +71,7 @@ options:
     type: int
     default: 0
   prefix_cache_max_reprefill:
-    description: Tokens the repeat of C(prefix_cache) may re-prefill before it warns.
+    description: Tokens of the first request the carried-on conversation of C(prefix_cache) may re-prefill before it warns.
     type: int
     default: 8
   slot_prompt:

@@ -152,3 +152,37 @@ def test_the_textfile_has_one_series_per_check_run_and_the_skips():
 def test_filler_is_deterministic_and_sized():
     assert ev.filler(50) == ev.filler(50)
     assert len(ev.filler(500).split()) == 500
+
+
+EVENT = st.sampled_from(['chunk', 'bad-json', 'no-choices', 'comment'])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(EVENT, max_size=8), st.booleans(), st.lists(EVENT, max_size=3))
+def test_sse_parsing_counts_chunks_done_and_anything_malformed(events, done, after):
+    text = {'chunk': 'data: {"choices":[{"delta":{"content":"x"}}]}', 'bad-json': 'data: {not json',
+            'no-choices': 'data: {"error":{"message":"boom"}}', 'comment': ': keep-alive'}
+    lines = [text[e] for e in events] + (['data: [DONE]'] + [text[e] for e in after] if done else [])
+    chunks, seen_done, bad = ev.parse_sse('\n\n'.join(lines))
+    assert chunks == events.count('chunk')
+    assert seen_done == done
+    assert bad == events.count('bad-json') + events.count('no-choices') + (
+        sum(1 for e in after if e != 'comment') if done else 0)
+
+
+@pytest.mark.parametrize('msg, needle', [
+    ({'content': 'sunny'}, None),
+    ({'content': None, 'tool_calls': [{'function': {'name': 'get_weather', 'arguments': '{"city": "Oslo"}'}}]}, None),
+    ({'content': None}, 'neither tool_calls nor a content string'),
+    ({'tool_calls': {'function': {}}}, 'not a list'),
+    ({'tool_calls': [{'function': {'name': 'rm_rf', 'arguments': '{}'}}]}, "names 'rm_rf'"),
+    ({'tool_calls': [{'function': {'name': 'get_weather', 'arguments': '{"city": '}}]}, 'not a JSON object'),
+    ({'tool_calls': [{'function': {'name': 'get_weather', 'arguments': '[1]'}}]}, 'not a JSON object'),
+    ({'tool_calls': ['get_weather']}, 'names None'),
+])
+def test_a_tool_answer_is_well_formed_or_named(msg, needle):
+    problems = ev.tool_message_problems(msg)
+    if needle is None:
+        assert problems == []
+    else:
+        assert problems and needle in ' '.join(problems)
