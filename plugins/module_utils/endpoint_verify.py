@@ -40,7 +40,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint impor
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import GateError, error_text, expectations
 
 CHECKS = ('stream', 'tools', 'reasoning_effort', 'vision', 'slots', 'prefix_cache', 'window')
-TEXT_MAX = 300            # characters of a server's error message in a finding
+TEXT_MAX = 500            # characters of a server's error message in a finding
 
 DEFAULTS = dict(
     checks=list(CHECKS),
@@ -161,7 +161,7 @@ def _json(body):
 
 
 def _short(text, length=TEXT_MAX):
-    text = (text or '').strip()
+    text = ' '.join((text or '').split())         # one line: a template's error spans several
     return text if len(text) <= length else text[:length - 3] + '...'
 
 
