@@ -145,14 +145,33 @@ checks:
   type: list
   elements: dict
   contains:
-    name: {description: The check., type: str, returned: always, sample: slots}
-    status: {description: C(pass), C(warn), C(fail) or C(skip)., type: str, returned: always}
-    reason: {description: What it found, or why it was skipped., type: str, returned: always}
-    fatal: {description: A failure that fails the deploy., type: bool, returned: always}
-    figures: {description: The check's numbers (statuses, tokens, per-slot drafts, seconds)., type: dict, returned: always}
-    seconds: {description: How long the check took., type: float, returned: always}
+    name:
+      description: The check.
+      type: str
+      returned: always
+      sample: slots
+    status:
+      description: One of C(pass), C(warn), C(fail) or C(skip).
+      type: str
+      returned: always
+    reason:
+      description: What it found, or why it was skipped.
+      type: str
+      returned: always
+    fatal:
+      description: A failure that fails the deploy.
+      type: bool
+      returned: always
+    figures:
+      description: The check's numbers - statuses, tokens, per-slot drafts, seconds.
+      type: dict
+      returned: always
+    seconds:
+      description: How long the check took.
+      type: float
+      returned: always
 findings:
-  description: The fatal failures, one line each (C(verify <check>: ...)).
+  description: "The fatal failures, one line each (C(verify <check>: ...))."
   returned: always
   type: list
   elements: str
@@ -204,7 +223,7 @@ ARGUMENT_SPEC = dict(
     window_warn_seconds=dict(type='int', default=0),
     prefix_cache_max_reprefill=dict(type='int', default=8),
     slot_prompt=dict(type='str', default=ev.DEFAULTS['slot_prompt']),
-    slot_max_tokens=dict(type='int', default=64),
+    slot_max_tokens=dict(type='int', default=64, no_log=False),
     request_timeout=dict(type='int', default=300),
     previous_contract=dict(type='dict', default={}),
     textfile_dir=dict(type='path', default=''),
