@@ -33,8 +33,8 @@ description:
     C(window) - a prompt of O(window_fraction) of one slot's context (sized with C(/tokenize)) accepted and answered,
     its time in the result."
   - C(stream), C(tools), C(vision), C(slots) and C(window) failing are RV(findings) (RV(passed) false; the role rolls back
-    like a failed gate). C(prefix_cache) and timing figures only warn (RV(warnings)). A RV(contract) that differs from
-    O(previous_contract) is a warning naming each change (RV(contract_changes)).
+    like a failed gate). C(prefix_cache) and timing figures only warn (RV(warn_findings), also as module warnings).
+    A RV(contract) that differs from O(previous_contract) is a warning naming each change (RV(contract_changes)).
   - A failing endpoint does not fail the module; it fails only on input it cannot verify from, naming the cause.
 author:
   - dankfleet engineers (@dankfleet)
@@ -175,8 +175,8 @@ findings:
   returned: always
   type: list
   elements: str
-warnings:
-  description: The warnings (figures outside their bound, a changed contract).
+warn_findings:
+  description: The warnings (figures outside their bound, a changed contract), also shown as module warnings.
   returned: always
   type: list
   elements: str
@@ -231,7 +231,7 @@ ARGUMENT_SPEC = dict(
     textfile_name=dict(type='str', default='llm_verify.prom'),
 )
 
-EMPTY = dict(passed=None, checks=[], findings=[], warnings=[], contract_changes=[], would_send=[], textfile=None)
+EMPTY = dict(passed=None, checks=[], findings=[], warn_findings=[], contract_changes=[], would_send=[], textfile=None)
 
 
 def main():
@@ -268,12 +268,12 @@ def main():
         module.exit_json(changed=False, **dict(EMPTY, would_send=would, message='check mode: would verify %s - %s'
                                                % (expect['base'], '; '.join(would))))
     result = ev.run_verify(expect, env.get('LLAMA_API_KEY', ''), opts, previous_contract=p['previous_contract'])
-    result['warnings'] = warnings + result['warnings']
+    result['warn_findings'] = warnings + result.pop('warnings')    # 'warnings' is Ansible's own result key
     changed, path = False, None
     if textfile_dir:
         path, changed = write_textfile(textfile_dir, ev.render_textfile(result['checks'], p['service']),
                                        name=p['textfile_name'])
-    for line in result['warnings']:
+    for line in result['warn_findings']:
         module.warn(line)
     module.exit_json(changed=changed, would_send=would, textfile=path, **result)
 
