@@ -456,8 +456,15 @@ def check_window(ep, expect, o):
         return 'fail', 'a %s window of %d tokens leaves no room for a prompt' % (o['window_fraction'], slot_ctx), {}
     sample = filler(200)
     per_word = max(0.5, len(_tokens(ep, sample, o['request_timeout'])) / 200.0)
-    text = filler(int(target / per_word) + 50)
+    words = int(target / per_word * 1.1) + 50
+    text = filler(words)
     ids = _tokens(ep, text, o['request_timeout'])
+    for _ in range(3):                      # a tokenizer denser than the sample: grow until it covers the target
+        if len(ids) >= target:
+            break
+        words = int(words * 1.5) + 50
+        text = filler(words)
+        ids = _tokens(ep, text, o['request_timeout'])
     if len(ids) > target:
         text = ep.post_json('/detokenize', {'tokens': ids[:target]}, timeout=o['request_timeout']).get('content', '')
     start = time.time()
