@@ -557,7 +557,7 @@ def run_verify(expect, api_key, opts=None, previous_contract=None):
         current['reasoning_efforts'] = dict(previous_contract.get('reasoning_efforts') or {})
     changes = contract_changes(previous_contract, current)
     if changes:
-        line = ('verify reasoning_effort: the client contract changed since the last record - %s; update the '
+        line = ('verify contract: the client contract changed since the last record - %s; update the '
                 'clients that configure from it' % '; '.join(changes))
         warnings.append(line)
         for c in checks:
