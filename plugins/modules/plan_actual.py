@@ -106,6 +106,12 @@ options:
     description: false = measure and report only, write nothing.
     type: bool
     default: true
+  verify:
+    description:
+      - The verify stage's results of this deploy (C(dankfleet.llm.endpoint_verify) - passed, checks, contract), kept in
+        the record as its C(verify) key; V({}) for none.
+    type: dict
+    default: {}
   sysfs_root:
     description: The directory holding C(sys/) and C(proc/) (C(/) on a live host; a recorded tree in tests).
     type: path
@@ -246,6 +252,7 @@ ARGUMENT_SPEC = dict(
     visible_devices=dict(type='str', default=''),
     model_sha256=dict(type='str', default='', no_log=False),
     record=dict(type='bool', default=True),
+    verify=dict(type='dict', default={}),
     sysfs_root=dict(type='path', default='/'),
     nvidia_smi_output_file=dict(type='path'),
     nvidia_smi_gpus_file=dict(type='path'),
@@ -341,6 +348,8 @@ def main():
         record = pa.make_record(backend, rows, release=env.get('LLAMA_RELEASE', ''), model_sha=sha,
                                 model_path=model_path, shape=pa.env_shape(env), plan=p['plan'])
         record['model_sha256_source'] = sha_source
+        if p['verify']:
+            record['verify'] = p['verify']
     except pa.PlanActualError as exc:
         module.fail_json(msg=str(exc))
     changed = False

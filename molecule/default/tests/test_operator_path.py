@@ -41,6 +41,18 @@ def test_endpoint_is_gated(host):
     assert host.file("/var/lib/frank-medium/rollback/env").exists
     # observability: the promtool-validated rules carry the spec-decode alert
     assert "LlmSpecDecodeOff" in host.file("/etc/prometheus/rules.d/frank-medium.rules.yml").content_string
+    # the verify stage ran after the gate: its results are in that deploy's plan-vs-actual record
+    record = json.loads(host.file("/var/lib/frank-medium/plan-vs-actual.json").content_string)[-1]
+    verify = {c["name"]: c for c in record["verify"]["checks"]}
+    assert record["verify"]["passed"] is True
+    for name in ("stream", "tools", "reasoning_effort", "slots", "window"):
+        assert verify[name]["status"] == "pass", verify[name]
+    assert all(s["draft_n"] > 0 for s in verify["slots"]["figures"]["slots"]), verify["slots"]
+    assert verify["window"]["figures"]["slot_ctx"] == 4096 and verify["window"]["figures"]["fraction"] == 1.0
+    assert record["verify"]["contract"]["reasoning_efforts"] == {"low": 200, "medium": 200, "high": 200, "xhigh": 200}
+    # ... and the client contract on the controller
+    contract = checks.REPO / ".lab" / "client-contracts" / "dankfleet-default.frank-medium.contract.json"
+    assert json.loads(contract.read_text())["context_per_slot"] == 4096
 
 
 def test_check_diff_changes_nothing(host):
@@ -50,6 +62,7 @@ def test_check_diff_changes_nothing(host):
     assert "Fit table" in run.stdout and "yes <- chosen" in run.stdout
     assert "up to date" in run.stdout            # the build stage's verdict
     assert "verified" in run.stdout              # the fetch stage's verdict
+    assert "check mode: would verify http://127.0.0.1:18470" in run.stdout   # what verify would send
     after = snapshot(host)
     assert before == after
 
@@ -85,6 +98,7 @@ def test_rollback_from_a_retired_state(host, tmp_path):
     run = playbook("rollback-frank-medium.yml", "-e", f"@{extra}")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "gate (rolled-back shape) passed" in run.stdout
+    assert "verify passed" in run.stdout
 
     assert host.service(UNIT).is_running
     assert not host.service("radiance-proxy").is_running

@@ -83,6 +83,13 @@ def test_endpoint_is_gated_from_production_paths(host):
     assert env["SPEC_TYPE"] == "draft-dflash,ngram-mod" and env["SPEC_DRAFT_N_MAX"] == "7"
     assert host.file("/etc/systemd/system/frank-medium.service").contains("^User=dank$")
     assert host.file("/var/lib/frank-medium/rollback/env").exists
+    # the verify stage: production's bounded window (0.25 of a slot), every slot drafting, its time recorded
+    record = json.loads(host.file("/var/lib/frank-medium/plan-vs-actual.json").content_string)[-1]
+    verify = {c["name"]: c for c in record["verify"]["checks"]}
+    assert record["verify"]["passed"] is True, record["verify"]
+    assert verify["window"]["status"] == "pass" and verify["window"]["figures"]["fraction"] == 0.25
+    assert verify["window"]["figures"]["seconds"] > 0
+    assert all(s["draft_n"] > 0 for s in verify["slots"]["figures"]["slots"]), verify["slots"]
 
 
 WATCH = "frank-medium-watch"
@@ -246,6 +253,7 @@ def test_rollback_from_radiance_like_units(host, tmp_path):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "the last gated shape recorded in /var/lib/frank-medium/rollback" in run.stdout
     assert "gate (rolled-back shape) passed" in run.stdout
+    assert "verify passed" in run.stdout
 
     assert host.service(UNIT).is_running
     models = checks.models(host, PORT)

@@ -1,0 +1,602 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The verify stage: the runbook's verification battery against a gated llama-server, stdlib only.
+
+The gate proves health, one completion, ``/props``, one global drafts counter and NRestarts. What the
+runbook's operator proved by hand after each deploy is here, one named check each, every one of them
+skipped with the reason when the live shape (its env file) does not configure the feature:
+
+- ``stream``: an SSE answer yields chunks and ``[DONE]``;
+- ``tools``: one tool definition; 200 and a well-formed message from the server's tool-call parser;
+- ``reasoning_effort``: each effort's HTTP status, the map written to the client contract (a change
+  against the last record is a finding: the fleet's clients configure from it);
+- ``vision`` (``VISION=on``): a PNG drawn here (a few shapes) as an ``image_url`` data URI; 200, content,
+  and more prompt tokens than the same request without the image (the image was encoded);
+- ``slots``: ``PARALLEL`` concurrent echo requests, one pinned to each slot (``id_slot``); with a
+  ``SPEC_TYPE`` every slot's own ``timings.draft_n`` must be above 0 - b11434's ``/slots`` carries only
+  ``speculative`` (a bool) and ``/metrics`` only global counters, the per-request ``timings`` are the one
+  per-slot draft figure (tools/server/server-common.cpp ``server_slot_stats::to_json``);
+- ``prefix_cache``: one prompt, then the same conversation carried on, on one slot; the second
+  re-prefills at most a few of the first's tokens (``timings.prompt_n`` against the new tokens);
+- ``window``: a prompt filling ``window_fraction`` of one slot's context is accepted and answered.
+
+A configured feature that does not work (stream, tools, vision, a slot that never drafts, a refused
+window) is ``fail`` and fatal: the caller rolls back. Figures (prefix-cache reuse, a changed effort map)
+are ``warn``. ``run_verify`` never raises for a failing endpoint, only (VerifyError) for bad input.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import base64
+import json
+import struct
+import threading
+import time
+import zlib
+
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import GateError, error_text, expectations
+
+CHECKS = ('stream', 'tools', 'reasoning_effort', 'vision', 'slots', 'prefix_cache', 'window')
+TEXT_MAX = 500            # characters of a server's error message in a finding
+
+DEFAULTS = dict(
+    checks=list(CHECKS),
+    reasoning_efforts=['low', 'medium', 'high', 'xhigh'],
+    window_fraction=1.0,
+    window_warn_seconds=0,
+    prefix_cache_max_reprefill=8,
+    slot_prompt=('Repeat this line exactly, four times: the quick brown fox jumps over the lazy dog, the quick brown '
+                 'fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.'),
+    slot_max_tokens=64,
+    request_timeout=300,
+)
+
+# One tool, the shape every OpenAI client sends.
+TOOL = {'type': 'function', 'function': {
+    'name': 'get_weather',
+    'description': 'The current weather in a city.',
+    'parameters': {'type': 'object', 'properties': {'city': {'type': 'string', 'description': 'the city name'}},
+                   'required': ['city']}}}
+
+FILLER_WORDS = ('river stone lantern copper meadow window harbor signal orchard ladder velvet candle thunder '
+                'saddle compass pepper marble basket feather anchor glacier tunnel violet engine').split()
+
+
+class VerifyError(Exception):
+    """Input the verify stage cannot work from (bad options, an incomplete env file)."""
+
+
+# --- the image ----------------------------------------------------------------------------------
+
+def _png_chunk(kind, data):
+    body = kind + data
+    return struct.pack('>I', len(data)) + body + struct.pack('>I', zlib.crc32(body) & 0xffffffff)
+
+
+def test_image(width=64, height=32):
+    """A small RGB PNG drawn here: a white field, three horizontal red bars on the left, a blue disc and a
+    green triangle on the right (the runbook's 64x32 crude glyph, made deterministic). Returns bytes."""
+    if width < 16 or height < 8:
+        raise VerifyError('the test image needs at least 16x8 pixels, got %dx%d' % (width, height))
+    rows = []
+    cx, cy, r = width * 5 // 8, height // 2, max(2, height // 4)
+    for y in range(height):
+        row = bytearray([0])                       # filter type 0 (None) for every scanline
+        for x in range(width):
+            px = (255, 255, 255)
+            if x < width * 3 // 8 and (y // max(1, height // 8)) % 2 == 1 and y < height * 7 // 8:
+                px = (200, 30, 30)                 # the bars
+            elif (x - cx) ** 2 + (y - cy) ** 2 <= r * r:
+                px = (30, 60, 200)                 # the disc
+            elif x >= width * 13 // 16 and (y - height // 4) >= 0 and (x - width * 13 // 16) <= (y - height // 4):
+                px = (30, 160, 60)                 # the triangle
+            row.extend(px)
+        rows.append(bytes(row))
+    header = struct.pack('>IIBBBBB', width, height, 8, 2, 0, 0, 0)   # 8-bit RGB, no interlace
+    return (b'\x89PNG\r\n\x1a\n' + _png_chunk(b'IHDR', header)
+            + _png_chunk(b'IDAT', zlib.compress(b''.join(rows), 9)) + _png_chunk(b'IEND', b''))
+
+
+def data_uri(png):
+    return 'data:image/png;base64,' + base64.b64encode(png).decode('ascii')
+
+
+# --- what the live shape configures ------------------------------------------------------------
+
+def features(env, host='', env_file='the env file'):
+    """The live shape's expectations (the gate's own reading of the env file) plus what the checks need."""
+    try:
+        expect = expectations(env, host=host, label='verify', env_file=env_file)
+    except GateError as exc:
+        raise VerifyError(str(exc))
+    spec = [t for t in expect['spec'].split(',') if t]
+    extra = env.get('EXTRA_ARGS', '')
+    expect.update(
+        spec_types=spec,
+        ngram=[t for t in spec if t.startswith('ngram')],
+        jinja='--no-jinja' not in extra.split(),
+        mmproj=env.get('MMPROJ_PATH', ''),
+    )
+    return expect
+
+
+def validate_options(opts):
+    problems = []
+    unknown = [c for c in opts['checks'] if c not in CHECKS]
+    if unknown:
+        problems.append('checks names %s; the checks are %s' % (', '.join(unknown), ', '.join(CHECKS)))
+    frac = opts['window_fraction']
+    if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < float(frac) <= 1.0 or frac != frac:
+        problems.append('window_fraction=%r: a fraction of one slot\'s context, above 0 and at most 1.0' % (frac,))
+    for name in ('slot_max_tokens', 'request_timeout'):
+        if opts[name] < 1:
+            problems.append('%s=%s: must be 1 or more' % (name, opts[name]))
+    for name in ('prefix_cache_max_reprefill', 'window_warn_seconds'):
+        if opts[name] < 0:
+            problems.append('%s=%s: 0 or more' % (name, opts[name]))
+    efforts = opts['reasoning_efforts']
+    if any(not isinstance(e, str) or not e.strip() for e in efforts) or len(set(efforts)) != len(efforts):
+        problems.append('reasoning_efforts=%r: distinct non-empty names (low, medium, high, xhigh ...)' % (efforts,))
+    if not str(opts['slot_prompt']).strip():
+        problems.append('slot_prompt is empty')
+    return problems
+
+
+def _chat(alias, content, max_tokens, **extra):
+    body = {'model': alias, 'messages': [{'role': 'user', 'content': content}], 'max_tokens': int(max_tokens),
+            'temperature': 0}
+    body.update(extra)
+    return body
+
+
+def _json(body):
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _short(text, length=TEXT_MAX):
+    text = ' '.join((text or '').split())         # one line: a template's error spans several
+    return text if len(text) <= length else text[:length - 3] + '...'
+
+
+def _usage(answer, key):
+    try:
+        return int((answer.get('usage') or {}).get(key) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _message(answer):
+    choices = answer.get('choices') or []
+    if choices and isinstance(choices[0], dict) and isinstance(choices[0].get('message'), dict):
+        return choices[0]['message']
+    return None
+
+
+def would_send(expect, opts):
+    """Every request the checks would make, in words (check mode lists these)."""
+    o = dict(DEFAULTS)
+    o.update(opts or {})
+    base, alias = expect['base'], expect['alias']
+    out = []
+    for name in CHECKS:
+        why = skip_reason(name, expect, o)
+        if why:
+            out.append('%s: skipped - %s' % (name, why))
+            continue
+        out.append('%s: %s' % (name, _describe(name, expect, o, base, alias)))
+    return out
+
+
+def _describe(name, expect, o, base, alias):
+    chat = 'POST %s/v1/chat/completions (model %s)' % (base, alias)
+    if name == 'stream':
+        return chat + ' with stream true: SSE chunks, then data: [DONE]'
+    if name == 'tools':
+        return chat + ' with one tool (%s): 200 and a well-formed message' % TOOL['function']['name']
+    if name == 'reasoning_effort':
+        return chat + ' once per reasoning_effort %s: the map effort -> HTTP status' % ', '.join(o['reasoning_efforts'])
+    if name == 'vision':
+        return (chat + ' with a generated 64x32 PNG (image_url data URI) and the same text without it: 200, content, '
+                'more prompt tokens with the image')
+    if name == 'slots':
+        return ('%d concurrent %s, id_slot 0..%d, an echo prompt, %d tokens%s'
+                % (expect['slots'], chat, expect['slots'] - 1, o['slot_max_tokens'],
+                   (': each slot timings.draft_n > 0 (SPEC_TYPE=%s)' % expect['spec']) if expect['spec'] else ''))
+    if name == 'prefix_cache':
+        return chat + (' twice on slot 0, one prompt then that conversation carried on: the second re-prefills at '
+                       'most %d of the first\'s tokens' % o['prefix_cache_max_reprefill'])
+    return ('POST %s/tokenize to size the prompt, then %s with a prompt of %s of one slot (%s tokens): accepted and '
+            'answered' % (base, chat, o['window_fraction'], expect['slot_ctx'] or 'n_ctx from /props'))
+
+
+def skip_reason(name, expect, o):
+    """Why a check does not apply to this shape ('' when it does)."""
+    if name not in o['checks']:
+        return 'not in the checks asked for'
+    if name == 'vision' and not expect['vision']:
+        return 'VISION=off: no mmproj configured (llama_server_vision false)'
+    if name == 'tools' and not expect['jinja']:
+        return 'EXTRA_ARGS has --no-jinja: the server has no tool-call parser'
+    if name == 'reasoning_effort':
+        if not expect['jinja']:
+            return 'EXTRA_ARGS has --no-jinja: reasoning_effort reaches only a jinja template'
+        if not o['reasoning_efforts']:
+            return 'no efforts to ask (llama_server_verify_reasoning_efforts is empty)'
+    return ''
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+def parse_sse(body):
+    """(chunks with choices, whether ``data: [DONE]`` closed the stream, malformed events: JSON without choices,
+    text that is not JSON, anything after [DONE])."""
+    chunks, done, bad = 0, False, 0
+    for line in body.splitlines():
+        if not line.startswith('data:'):
+            continue
+        data = line[5:].strip()
+        if done:
+            bad += 1
+        elif data == '[DONE]':
+            done = True
+        elif 'choices' in _json(data):
+            chunks += 1
+        else:
+            bad += 1
+    return chunks, done, bad
+
+
+def check_stream(ep, expect, o):
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], 'Count from one to five.', 8, stream=True),
+                         timeout=o['request_timeout'])
+    if code != 200:
+        return 'fail', 'the stream answered HTTP %s: %s' % (code, _short(error_text(body))), {'status': code}
+    chunks, done, bad = parse_sse(body)
+    figures = {'status': code, 'chunks': chunks, 'done': done}
+    if chunks < 1 or not done or bad:
+        return 'fail', ('the SSE answer had %d chunk(s), %d malformed event(s) and %s: a client that streams gets '
+                        'no answer' % (chunks, bad, 'data: [DONE]' if done else 'no data: [DONE]')), figures
+    return 'pass', '%d chunk(s), then [DONE]' % chunks, figures
+
+
+def tool_message_problems(msg, tool=TOOL['function']['name']):
+    """What is malformed in an answer's message to a request offering one tool ([] when well-formed): each tool
+    call names that tool with JSON-object arguments; without a call, the content is a string."""
+    calls = msg.get('tool_calls') or []
+    problems = []
+    if not isinstance(calls, list):
+        problems.append('tool_calls is a %s, not a list' % type(calls).__name__)
+        calls = []
+    for i, call in enumerate(calls):
+        fn = call.get('function') if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or fn.get('name') != tool:
+            problems.append('tool_calls[%d] names %r, not the one tool offered' % (i, (fn or {}).get('name')))
+            continue
+        try:
+            args = json.loads(fn.get('arguments') or '{}')
+        except (TypeError, ValueError):
+            args = None
+        if not isinstance(args, dict):
+            problems.append('tool_calls[%d].function.arguments is not a JSON object: %r' % (i, fn.get('arguments')))
+    if not calls and not isinstance(msg.get('content'), str):
+        problems.append('neither tool_calls nor a content string')
+    return problems
+
+
+def check_tools(ep, expect, o):
+    body = _chat(expect['alias'], 'What is the weather in Oslo right now? Use the tool.', 64, tools=[TOOL])
+    code, text = ep.call('/v1/chat/completions', body, timeout=o['request_timeout'])
+    figures = {'status': code}
+    if code != 200:
+        return 'fail', ('a request with one tool definition answered HTTP %s: %s - the chat template or the '
+                        'tool-call parser does not take tools' % (code, _short(error_text(text)))), figures
+    answer = _json(text)
+    msg = _message(answer)
+    if msg is None:
+        return 'fail', 'HTTP 200 but no choices[0].message: %s' % _short(text), figures
+    problems = tool_message_problems(msg)
+    calls = msg.get('tool_calls') if isinstance(msg.get('tool_calls'), list) else []
+    figures.update(tool_calls=len(calls), finish_reason=(answer.get('choices') or [{}])[0].get('finish_reason'))
+    if problems:
+        return 'fail', 'the tool-call parser answered a malformed message: %s' % '; '.join(problems), figures
+    return 'pass', ('%d tool call(s)' % len(calls)) if calls else 'a content answer (no call)', figures
+
+
+def check_reasoning_effort(ep, expect, o):
+    efforts = {}
+    for effort in o['reasoning_efforts']:
+        code, _ = ep.call('/v1/chat/completions', _chat(expect['alias'], 'Say ok.', 4, reasoning_effort=effort),
+                          timeout=o['request_timeout'])
+        efforts[effort] = code
+    figures = {'efforts': efforts}
+    refused = [e for e, c in efforts.items() if c != 200]
+    text = ', '.join('%s %s' % (e, c) for e, c in efforts.items())
+    if refused:
+        return 'pass', 'recorded for the client contract: %s (clients must not send %s)' % (text, ', '.join(refused)), figures
+    return 'pass', 'recorded for the client contract: %s' % text, figures
+
+
+def check_vision(ep, expect, o):
+    text = 'Describe the shapes and colours in this image in one sentence.'
+    png = test_image()
+    with_image = [{'type': 'text', 'text': text}, {'type': 'image_url', 'image_url': {'url': data_uri(png)}}]
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], with_image, 16), timeout=o['request_timeout'])
+    figures = {'status': code, 'image_bytes': len(png)}
+    if code != 200:
+        return 'fail', ('an image request answered HTTP %s: %s - the projector (MMPROJ_PATH %s) is not serving images'
+                        % (code, _short(error_text(body)), expect['mmproj'] or '?')), figures
+    answer = _json(body)
+    msg = _message(answer) or {}
+    content = (msg.get('content') or '') + (msg.get('reasoning_content') or '')
+    base_code, base_body = ep.call('/v1/chat/completions', _chat(expect['alias'], text, 16), timeout=o['request_timeout'])
+    with_tokens, without = _usage(answer, 'prompt_tokens'), _usage(_json(base_body), 'prompt_tokens')
+    figures.update(prompt_tokens_image=with_tokens, prompt_tokens_text=without, content_chars=len(content))
+    if not content.strip() or _usage(answer, 'completion_tokens') < 1:
+        return 'fail', 'the image request answered 200 with no content (%d completion token(s))' % (
+            _usage(answer, 'completion_tokens')), figures
+    if base_code != 200 or with_tokens <= without:
+        return 'fail', ('the image request counted %d prompt tokens, the same text without it %d (HTTP %s): the image '
+                        'was not encoded' % (with_tokens, without, base_code)), figures
+    return 'pass', '%d prompt tokens with the image, %d without; %d characters answered' % (
+        with_tokens, without, len(content)), figures
+
+
+def check_slots(ep, expect, o):
+    n = expect['slots']
+    results = [None] * n
+
+    def one(i):
+        body = _chat(expect['alias'], o['slot_prompt'], o['slot_max_tokens'], id_slot=i)
+        results[i] = ep.call('/v1/chat/completions', body, timeout=o['request_timeout'])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    per_slot, problems = [], []
+    for i, (code, body) in enumerate(results):
+        answer = _json(body)
+        timings = answer.get('timings') or {}
+        row = {'slot': i, 'status': code, 'completion_tokens': _usage(answer, 'completion_tokens'),
+               'draft_n': int(timings.get('draft_n') or 0), 'draft_n_accepted': int(timings.get('draft_n_accepted') or 0)}
+        per_slot.append(row)
+        if code != 200:
+            problems.append('slot %d answered HTTP %s: %s' % (i, code, _short(error_text(body), 160)))
+        elif expect['spec'] and row['draft_n'] < 1:
+            problems.append('slot %d drafted 0 tokens in %d generated (SPEC_TYPE=%s): that slot runs at the '
+                            'autoregressive rate' % (i, row['completion_tokens'], expect['spec']))
+    figures = {'slots': per_slot}
+    if expect['ngram']:
+        figures['accepted_on_echo'] = sum(r['draft_n_accepted'] for r in per_slot)
+    if problems:
+        return 'fail', '; '.join(problems), figures
+    if expect['spec']:
+        return 'pass', 'every slot drafted: %s' % ', '.join(
+            'slot %d %d/%d accepted' % (r['slot'], r['draft_n_accepted'], r['draft_n']) for r in per_slot), figures
+    return 'pass', '%d concurrent request(s) answered, one per slot (no SPEC_TYPE: drafts not asked)' % n, figures
+
+
+def filler(words):
+    """Deterministic prose-like filler of ``words`` words (no repeated sentence an n-gram drafter could echo)."""
+    out = []
+    state = 12345
+    for i in range(int(words)):
+        state = (state * 1103515245 + 12345) & 0x7fffffff
+        out.append(FILLER_WORDS[(state >> 8) % len(FILLER_WORDS)])
+        if i % 12 == 11:
+            out[-1] += '.'
+    return ' '.join(out)
+
+
+def _tokens(ep, text, timeout):
+    answer = ep.post_json('/tokenize', {'content': text}, timeout=timeout)
+    tokens = answer.get('tokens')
+    if not isinstance(tokens, list):
+        raise BenchError('/tokenize answered no token list: %r' % (answer,))
+    return tokens
+
+
+def check_prefix_cache(ep, expect, o):
+    """One prompt, then the same conversation carried on (the first answer and one more question) on the same
+    slot: everything the first request prefilled is reused, only the new turn's tokens are prefilled. (A
+    verbatim repeat cannot show reuse on a hybrid model with --ctx-checkpoints 0: re-evaluating the last
+    prompt token needs a rollback the recurrent state cannot make, so it is always prefilled in full.)"""
+    prompt = 'Summarise this list in one word: ' + filler(160)
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], prompt, 1, id_slot=0),
+                         timeout=o['request_timeout'])
+    if code != 200:
+        return 'fail', 'the first prompt answered HTTP %s: %s' % (code, _short(error_text(body))), {}
+    first = _json(body)
+    answer = (_message(first) or {}).get('content') or ''
+    turn = {'model': expect['alias'], 'max_tokens': 1, 'temperature': 0, 'id_slot': 0,
+            'messages': [{'role': 'user', 'content': prompt}, {'role': 'assistant', 'content': answer},
+                         {'role': 'user', 'content': 'And in one more word?'}]}
+    code, body = ep.call('/v1/chat/completions', turn, timeout=o['request_timeout'])
+    if code != 200:
+        return 'fail', 'the carried-on conversation answered HTTP %s: %s' % (code, _short(error_text(body))), {}
+    second = _json(body)
+    t1, t2 = first.get('timings') or {}, second.get('timings') or {}
+    new = max(0, _usage(second, 'prompt_tokens') - _usage(first, 'prompt_tokens'))
+    prefilled = int(t2.get('prompt_n') or 0)
+    again = max(0, prefilled - new)
+    figures = {'first_prefilled': int(t1.get('prompt_n') or 0), 'second_prompt_tokens': _usage(second, 'prompt_tokens'),
+               'second_prefilled': prefilled, 'second_cached': int(t2.get('cache_n') or 0), 'new_tokens': new,
+               're_prefilled': again}
+    if again > o['prefix_cache_max_reprefill']:
+        return 'warn', ('carrying one conversation on re-prefilled %d of its %d earlier tokens (%d new; at most %d '
+                        'expected): the prefix cache is not reused - read the journal for "forcing full prompt '
+                        're-processing"' % (again, _usage(first, 'prompt_tokens'), new,
+                                            o['prefix_cache_max_reprefill'])), figures
+    return 'pass', 're-prefilled %d of %d earlier tokens carrying the conversation on (%d new prefilled)' % (
+        again, _usage(first, 'prompt_tokens'), new), figures
+
+
+def check_window(ep, expect, o):
+    slot_ctx = expect['slot_ctx']
+    if not slot_ctx:
+        props = _json(ep.call('/props', timeout=30)[1])
+        slot_ctx = int((props.get('default_generation_settings') or {}).get('n_ctx') or 0)
+    if slot_ctx < 64:
+        return 'fail', 'one slot holds %d tokens (CTX_SIZE / PARALLEL, or /props): no window to prove' % slot_ctx, {}
+    answer_tokens = 4
+    # the chat template's own tokens around one message, measured: a one-word request's prompt minus the word
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], 'ok', 1), timeout=o['request_timeout'])
+    overhead = max(0, _usage(_json(body), 'prompt_tokens') - len(_tokens(ep, 'ok', o['request_timeout']))) + 4
+    target = int(slot_ctx * float(o['window_fraction'])) - overhead - answer_tokens
+    target = min(target, slot_ctx - overhead - answer_tokens)
+    if target < 16:
+        return 'fail', 'a %s window of %d tokens leaves no room for a prompt' % (o['window_fraction'], slot_ctx), {}
+    sample = filler(200)
+    per_word = max(0.5, len(_tokens(ep, sample, o['request_timeout'])) / 200.0)
+    words = int(target / per_word * 1.1) + 50
+    text = filler(words)
+    ids = _tokens(ep, text, o['request_timeout'])
+    for _ in range(3):                      # a tokenizer denser than the sample: grow until it covers the target
+        if len(ids) >= target:
+            break
+        words = int(words * 1.5) + 50
+        text = filler(words)
+        ids = _tokens(ep, text, o['request_timeout'])
+    if len(ids) > target:
+        text = ep.post_json('/detokenize', {'tokens': ids[:target]}, timeout=o['request_timeout']).get('content', '')
+    start = time.time()
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], text, answer_tokens, id_slot=0),
+                         timeout=o['request_timeout'])
+    seconds = round(time.time() - start, 2)
+    answer = _json(body)
+    prompt_tokens = _usage(answer, 'prompt_tokens')
+    figures = {'status': code, 'slot_ctx': slot_ctx, 'fraction': o['window_fraction'], 'target_tokens': target,
+               'prompt_tokens': prompt_tokens, 'seconds': seconds,
+               'prefill_tok_s': round(prompt_tokens / seconds, 1) if seconds > 0 else None}
+    if code != 200:
+        return 'fail', ('a prompt of ~%d tokens (%s of the %d-token slot) was refused: HTTP %s %s'
+                        % (target, o['window_fraction'], slot_ctx, code, _short(error_text(body)))), figures
+    if _usage(answer, 'completion_tokens') < 1 or prompt_tokens < target * 0.9:
+        return 'fail', ('a prompt of ~%d tokens answered with %d prompt / %d completion tokens: the window is not '
+                        'what the slot declares' % (target, prompt_tokens, _usage(answer, 'completion_tokens'))), figures
+    why = '%d prompt tokens (%s of %d) prefilled and answered in %.1f s' % (
+        prompt_tokens, o['window_fraction'], slot_ctx, seconds)
+    if o['window_warn_seconds'] and seconds > o['window_warn_seconds']:
+        return 'warn', why + ' - slower than window_warn_seconds %s' % o['window_warn_seconds'], figures
+    return 'pass', why, figures
+
+
+RUNNERS = dict(stream=check_stream, tools=check_tools, reasoning_effort=check_reasoning_effort, vision=check_vision,
+               slots=check_slots, prefix_cache=check_prefix_cache, window=check_window)
+FATAL = ('stream', 'tools', 'vision', 'slots', 'window')
+
+
+# --- the client contract ------------------------------------------------------------------------
+
+def contract(expect, efforts, modalities=None):
+    """What the fleet's clients configure from: alias, URL, context per slot, modalities, the effort map."""
+    return {'alias': expect['alias'], 'url': expect['base'] + '/v1', 'context_per_slot': expect['slot_ctx'],
+            'slots': expect['slots'], 'modalities': dict(modalities if modalities is not None
+                                                         else {'vision': expect['vision']}),
+            'reasoning_efforts': dict(efforts or {})}
+
+
+def contract_changes(previous, current):
+    """Sentences naming each contract field that moved since the last record ([] for none or no record)."""
+    if not isinstance(previous, dict) or not previous:
+        return []
+    out = []
+    for key in ('alias', 'url', 'context_per_slot', 'slots', 'modalities'):
+        if key in previous and previous.get(key) != current.get(key):
+            out.append('%s %s -> %s' % (key, json.dumps(previous.get(key), sort_keys=True),
+                                        json.dumps(current.get(key), sort_keys=True)))
+    old, new = previous.get('reasoning_efforts') or {}, current.get('reasoning_efforts') or {}
+    for effort in sorted(set(old) | set(new)):
+        if effort in old and effort in new and old[effort] != new[effort]:
+            out.append('reasoning_effort %s answered HTTP %s, now %s' % (effort, old[effort], new[effort]))
+    return out
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+def run_verify(expect, api_key, opts=None, previous_contract=None):
+    """Every check against the live endpoint. Returns ``passed``, ``checks`` (name, status, reason, fatal,
+    figures, seconds), ``findings`` (fatal), ``warnings``, ``contract`` and ``contract_changes``."""
+    o = dict(DEFAULTS)
+    o.update(opts or {})
+    ep = Endpoint(expect['base'], api_key=api_key, timeout=o['request_timeout'])
+    checks, findings, warnings = [], [], []
+    for name in CHECKS:
+        why = skip_reason(name, expect, o)
+        if why:
+            checks.append({'name': name, 'status': 'skip', 'reason': why, 'fatal': False, 'figures': {}, 'seconds': 0})
+            continue
+        start = time.time()
+        try:
+            status, reason, figures = RUNNERS[name](ep, expect, o)
+        except BenchError as exc:
+            status, reason, figures = 'fail', str(exc), {}
+        fatal = status == 'fail' and name in FATAL
+        if status == 'fail' and not fatal:
+            status = 'warn'
+        checks.append({'name': name, 'status': status, 'reason': reason, 'fatal': fatal, 'figures': figures,
+                       'seconds': round(time.time() - start, 2)})
+        line = 'verify %s: %s' % (name, reason)
+        if fatal:
+            findings.append(line)
+        elif status == 'warn':
+            warnings.append(line)
+    efforts = next((c['figures'].get('efforts') for c in checks if c['name'] == 'reasoning_effort'), None)
+    props = _json(ep.call('/props', timeout=30)[1])
+    modalities = props.get('modalities') if isinstance(props.get('modalities'), dict) else None
+    current = contract(expect, efforts, modalities)
+    if efforts is None and isinstance(previous_contract, dict):
+        current['reasoning_efforts'] = dict(previous_contract.get('reasoning_efforts') or {})
+    changes = contract_changes(previous_contract, current)
+    if changes:
+        line = ('verify contract: the client contract changed since the last record - %s; update the '
+                'clients that configure from it' % '; '.join(changes))
+        warnings.append(line)
+        for c in checks:
+            if c['name'] == 'reasoning_effort' and c['status'] == 'pass':
+                c['status'], c['reason'] = 'warn', c['reason'] + '; changed: ' + '; '.join(changes)
+    passed = not findings
+    return {'passed': passed, 'checks': checks, 'findings': findings, 'warnings': warnings, 'contract': current,
+            'contract_changes': changes, 'message': summary(checks, passed)}
+
+
+def summary(checks, passed):
+    counts = {}
+    for c in checks:
+        counts[c['status']] = counts.get(c['status'], 0) + 1
+    head = 'verify %s: %s' % ('passed' if passed else 'FAILED', ', '.join(
+        '%d %s' % (counts[s], s) for s in ('pass', 'warn', 'fail', 'skip') if s in counts))
+    return '\n'.join([head] + ['  %-13s %-4s %s' % (c['name'], c['status'], c['reason']) for c in checks])
+
+
+def _label(value):
+    return str(value).replace('\\', '\\\\').replace('\n', '\\n').replace('"', '\\"')
+
+
+def render_textfile(checks, service, now=None):
+    """node-exporter textfile: llm_verify_check{check} 1 (pass) / 0 (fail or warn), llm_verify_skipped{check} for
+    a check the shape does not configure, and when the stage ran."""
+    svc = _label(service)
+    lines = ['# HELP llm_verify_check 1 when the verify check passed at the last gated deploy, 0 when it failed or '
+             'warned.', '# TYPE llm_verify_check gauge']
+    for c in checks:
+        if c['status'] != 'skip':
+            lines.append('llm_verify_check{check="%s",service="%s"} %d' % (_label(c['name']), svc,
+                                                                             1 if c['status'] == 'pass' else 0))
+    lines += ['# HELP llm_verify_skipped 1 for a verify check the shape does not configure.',
+              '# TYPE llm_verify_skipped gauge']
+    for c in checks:
+        if c['status'] == 'skip':
+            lines.append('llm_verify_skipped{check="%s",service="%s"} 1' % (_label(c['name']), svc))
+    lines += ['# HELP llm_verify_timestamp_seconds When the verify stage last ran.',
+              '# TYPE llm_verify_timestamp_seconds gauge',
+              'llm_verify_timestamp_seconds{service="%s"} %.3f' % (svc, time.time() if now is None else now)]
+    return '\n'.join(lines) + '\n'
