@@ -589,8 +589,8 @@ def render_textfile(checks, service, now=None):
              'warned.', '# TYPE llm_verify_check gauge']
     for c in checks:
         if c['status'] != 'skip':
-            lines.append('llm_verify_check{check="%s",service="%s"} %d' % (_label(c['name']), svc,
-                                                                             1 if c['status'] == 'pass' else 0))
+            ok = 1 if c['status'] == 'pass' else 0
+            lines.append('llm_verify_check{check="%s",service="%s"} %d' % (_label(c['name']), svc, ok))
     lines += ['# HELP llm_verify_skipped 1 for a verify check the shape does not configure.',
               '# TYPE llm_verify_skipped gauge']
     for c in checks:
