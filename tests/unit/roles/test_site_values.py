@@ -3,7 +3,7 @@
 
 The site is what inventory/production names: its host names, logins, service users, endpoint aliases
 and service names, and their home directories. None of those may appear in a value of any role's
-defaults/main.yml or meta/argument_specs.yml (what someone who installs the collection gets without
+defaults/main.yml (its comments too) or meta/argument_specs.yml (what someone who installs the collection gets without
 asking), nor anywhere in inventory/sample (what they copy). The names are read from
 inventory/production itself, so a new host or alias there is checked the day it lands.
 """
@@ -89,6 +89,12 @@ def _role_values():
         for rel in ('defaults/main.yml', 'meta/argument_specs.yml'):
             path = os.path.join(ROLES, role, rel)
             if not os.path.exists(path):
+                continue
+            if rel.startswith('defaults'):
+                # every line, comments too: what a reader of the defaults takes as the example
+                with open(path) as handle:
+                    for number, line in enumerate(handle, 1):
+                        yield '%s/%s:%d' % (role, rel, number), 'line', line.strip()
                 continue
             data = _load(path) or {}
             if rel.startswith('meta'):
