@@ -10,7 +10,7 @@ installed copy read back with ansible-doc and ansible-inventory.
 - the dependencies it declares are exactly the collections its roles, playbooks and plugins name;
 - `ansible-doc -l` lists every module of plugins/modules and every redirect of meta/runtime.yml
   resolves; `ansible-doc -t role` documents every role; inventory/sample parses, its shared
-  group_vars link included;
+  group_vars link included; every playbook of playbooks/ passes --syntax-check by its collection name;
 - the execution-environment files it points to ship.
 """
 from __future__ import (absolute_import, division, print_function)
@@ -173,6 +173,16 @@ def test_the_sample_inventory_parses_from_the_installed_copy(galaxy):
     hostvars = inventory['_meta']['hostvars']['gpu-node-1']
     # group_vars/all is the collection's shared file through a link: its values arrive
     assert 'llama_server_rpc' in hostvars and hostvars['dankfleet_report_dir'] == ''
+
+
+@pytest.mark.parametrize('playbook', sorted(n[:-4] for n in os.listdir(os.path.join(REPO, 'playbooks'))
+                                             if n.endswith('.yml')))
+def test_every_playbook_runs_by_its_collection_name(galaxy, playbook):
+    """From the installed copy, with the sample inventory: nothing it imports is left in the repository."""
+    sample = os.path.join(str(galaxy['installed']), 'inventory', 'sample')
+    out = _run([os.path.join(BIN, 'ansible-playbook'), '-i', sample, 'dankfleet.llm.' + playbook, '--syntax-check'],
+               galaxy['env'], galaxy['project'])
+    assert os.path.join('dankfleet', 'llm', 'playbooks', playbook + '.yml') in out, out
 
 
 def test_the_execution_environment_files_ship(galaxy):
