@@ -175,8 +175,10 @@ def test_the_sample_inventory_parses_from_the_installed_copy(galaxy):
     assert 'llama_server_rpc' in hostvars and hostvars['dankfleet_report_dir'] == ''
 
 
-@pytest.mark.parametrize('playbook', sorted(n[:-4] for n in os.listdir(os.path.join(REPO, 'playbooks'))
-                                             if n.endswith('.yml')))
+PLAYBOOKS = sorted(n[:-4] for n in os.listdir(os.path.join(REPO, 'playbooks')) if n.endswith('.yml'))
+
+
+@pytest.mark.parametrize('playbook', PLAYBOOKS)
 def test_every_playbook_runs_by_its_collection_name(galaxy, playbook):
     """From the installed copy, with the sample inventory: nothing it imports is left in the repository."""
     sample = os.path.join(str(galaxy['installed']), 'inventory', 'sample')
