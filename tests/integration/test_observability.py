@@ -51,6 +51,7 @@ def render(out, *args):
           roles:
             - role: dankfleet.llm.llm_observability
               vars:
+                llm_observability_alias: frank-medium
                 llm_observability_rules_dir: {out}/rules
                 llm_observability_dashboards_dir: {out}/dashboards
                 llm_observability_spec_configured: true
