@@ -128,7 +128,7 @@ def check_gfx_targets(gfx_targets, host_gfx_targets, allow_foreign):
     if not targets:
         raise ReleaseError(
             "no gfx target to build for: the host reports none (llama_cpp_build_host_gfx_targets is empty) and "
-            "llama_cpp_build_gfx_targets is unset; run dankfleet.llm.gpu_facts on the host or set "
+            "llama_cpp_build_gfx_targets is unset; run dankfleet.llm.gpu_info on the host or set "
             "llama_cpp_build_gfx_targets")
     bad = [t for t in targets if not GFX.fullmatch(t)]
     if bad:

@@ -35,6 +35,10 @@ description:
     length than C(block_count), and a C(full_attention_interval) of 0, are refused as llama.cpp refuses them --
     never padded, cut or replaced by a default.
   - Never changes anything; safe in check mode.
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
+  - dankfleet.llm.attributes.info_module
 options:
   path:
     description:
@@ -55,12 +59,8 @@ options:
     type: bool
     default: false
 attributes:
-  check_mode:
-    description: Can run in check_mode and return the same facts.
-    support: full
-  diff_mode:
-    description: Nothing is changed, so there is nothing to diff.
-    support: none
+  platform:
+    platforms: posix
 author:
   - dankfleet engineers (@dankfleet)
 """

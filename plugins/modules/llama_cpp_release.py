@@ -28,6 +28,9 @@ description:
   - C(verify) checks a release the way a person would by hand; run it every time.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   action:
     description: Which step to take.
@@ -109,7 +112,7 @@ options:
         elements: str
         default: []
       host_gfx_targets:
-        description: The host's own gfx targets (from C(dankfleet.llm.gpu_facts)).
+        description: The host's own gfx targets (from C(dankfleet.llm.gpu_info)).
         type: list
         elements: str
         default: []
@@ -234,6 +237,17 @@ options:
       - A release that is not up to date is not verified here; verify it after the install as before.
     type: bool
     default: false
+attributes:
+  check_mode:
+    support: full
+    details:
+      - O(action=plan) and O(action=verify) run as usual (they change nothing).
+      - O(action=toolchain), O(action=build) and O(action=install) change nothing and report C(changed=true) with
+        what they would do in RV(msg), or C(changed=false) when the plan finds nothing to do.
+  diff_mode:
+    support: none
+  platform:
+    platforms: linux
 notes:
   - C(plan) and C(verify) change nothing and run in check mode; the other actions refuse check mode.
 seealso:

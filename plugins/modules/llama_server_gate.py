@@ -33,6 +33,9 @@ description:
     never returned.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   env_file:
     description: The live env file of the service (the llama_server role's C(llama_server_env_file)).
@@ -98,11 +101,14 @@ seealso:
 attributes:
   check_mode:
     support: full
-    description: Sends no request; reports what would be checked.
+    details:
+      - Sends no request; reports what would be checked.
   diff_mode:
-    support: none
-    description: Nothing to diff - the gate changes nothing.
-'''
+    support: N/A
+    details:
+      - The gate changes nothing.
+  platform:
+    platforms: linux'''
 
 EXAMPLES = r'''
 - name: Gate the restarted service

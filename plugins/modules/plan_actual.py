@@ -31,6 +31,9 @@ description:
     fix) before anything is written.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   plan:
     description:
@@ -89,7 +92,7 @@ options:
     type: str
     default: llm_plan_actual.prom
   gpus:
-    description: C(dankfleet.llm.gpu_facts)' C(gpus) (name to PCI address); optional, else the KFD/nvidia-smi order.
+    description: C(dankfleet.llm.gpu_info)' C(gpus) (name to PCI address); optional, else the KFD/nvidia-smi order.
     type: list
     elements: dict
     default: []
@@ -125,11 +128,14 @@ options:
     type: path
 attributes:
   check_mode:
-    description: Measures and reports; writes neither the record nor the textfile.
     support: full
+    details:
+      - Measures and reports; writes neither the record nor the textfile, and reports C(changed=true) when a real
+        run would append the record (O(record=true)).
   diff_mode:
-    description: No diff is returned.
     support: none
+  platform:
+    platforms: linux
 notes:
   - The bound is the planner's own - cpu and cuda C(max(1 % of the measured total, 64 MiB)) (benchmarks/fit_accuracy.py),
     hip 0.8 GiB against the card's used VRAM (tests/unit/plugins/module_utils/test_fit_plan_runbook.py).

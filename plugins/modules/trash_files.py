@@ -47,6 +47,9 @@ description:
   - Stops no unit and reloads no manager; the role C(dankfleet.llm.runtime_retire) does that around it.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   trash_dir:
     description:
@@ -102,6 +105,17 @@ options:
     type: list
     elements: str
     default: []
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reports the moves it would make (RV(moved) or RV(restored)) and changes nothing.
+  diff_mode:
+    support: full
+    details:
+      - The before/after listing of every path that moves (original path and trash path).
+  platform:
+    platforms: linux
 notes:
   - In the results, bytes of a name that are not UTF-8 are shown as C(\xHH) (JSON carries text only);
     the MANIFEST and the files keep the real bytes.

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r'''
 ---
-module: gpu_facts
+module: gpu_info
 short_description: Report the GPUs llama.cpp will see, their VRAM, PCIe path and AtomicOps verdict
 version_added: 0.1.0
 description:
@@ -31,6 +31,10 @@ description:
     that is not installed yet) is loaded and the verdicts and names are derived again from it.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
+  - dankfleet.llm.attributes.info_module
 options:
   sysfs_root:
     description:
@@ -77,12 +81,8 @@ options:
       - A missing or unreadable file is reported there, never failed. The paths are taken as given (absolute).
     type: dict
 attributes:
-  check_mode:
-    description: Can run in check_mode and return the same facts; it never changes anything.
-    support: full
-  diff_mode:
-    description: Nothing is changed, so there is nothing to diff.
-    support: none
+  platform:
+    platforms: linux
 notes:
   - HIP order is the KFD node order; llama.cpp names the cards that stay visible C(ROCm0), C(ROCm1), ...
   - CUDA names follow the nvidia-smi index (PCI bus order); CUDA uses that order only with
@@ -93,7 +93,7 @@ notes:
 
 EXAMPLES = r'''
 - name: Read the GPUs of the host
-  dankfleet.llm.gpu_facts:
+  dankfleet.llm.gpu_info:
   become: true
   register: __gpus
 
@@ -102,13 +102,13 @@ EXAMPLES = r'''
     msg: "{{ __gpus.topology }}"
 
 - name: Plan against recorded facts of a board that is not installed yet
-  dankfleet.llm.gpu_facts:
+  dankfleet.llm.gpu_info:
     facts_file: "{{ playbook_dir }}/files/b850-proart.facts.json"
   delegate_to: localhost
   register: __gpus_new_board
 
 - name: Read a recorded sysfs tree with its lspci -vvv text
-  dankfleet.llm.gpu_facts:
+  dankfleet.llm.gpu_info:
     sysfs_root: /srv/recorded/b650
     lspci_output_file: /srv/recorded/b650.lspci.txt
 '''
