@@ -527,6 +527,21 @@ def toolchain_ready(root, sha256):
         return False
 
 
+def would_do(action, plan, tarball=None):
+    """What action toolchain, build or install would do with this plan, done by nothing (check mode): (changed, msg)."""
+    if action == 'toolchain':
+        if plan['toolchain_ready']:
+            return False, 'toolchain present at %s' % plan['toolchain_root']
+        return True, 'would verify %s against its sha256 and unpack it to %s' % (tarball, plan['toolchain_root'])
+    if action not in ('build', 'install'):
+        raise ReleaseError('action %s changes nothing; it has no check-mode answer' % action)
+    if plan['up_to_date']:
+        return False, plan['message']
+    if action == 'build':
+        return True, 'would build %s in %s (log %s)' % (plan['name'], plan['build_dir'], plan['log'])
+    return True, 'would bundle, verify and install %s as %s' % (plan['name'], plan['release_dir'])
+
+
 def unpack_toolchain(tarball, sha256, root, strip=0, clang=None):
     """Verify and unpack the private toolchain under the install prefix. Returns True when it unpacked."""
     if toolchain_ready(root, sha256):

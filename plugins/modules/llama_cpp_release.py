@@ -249,7 +249,8 @@ attributes:
   platform:
     platforms: linux
 notes:
-  - C(plan) and C(verify) change nothing and run in check mode; the other actions refuse check mode.
+  - C(plan) and C(verify) change nothing and run in check mode; the other actions then change nothing either and
+    report what they would do.
 seealso:
   - name: The runbook's bundling trap
     description: Why device libraries are copied by contents into declared destinations.
@@ -491,21 +492,22 @@ def main():
     )
     action = module.params['action']
     spec = module.params['spec']
-    if module.check_mode and action not in ('plan', 'verify'):
-        module.exit_json(changed=False, skipped=True, msg='action %s changes the host; skipped in check mode' % action)
     try:
         plan = lcr.plan(spec)
     except lcr.ReleaseError as exc:
         module.fail_json(msg=str(exc))
     result = dict(changed=False, plan=summary(plan))
+    if action == 'toolchain' and spec['backend'] != 'hip':
+        module.fail_json(msg='action toolchain is for the hip backend', **result)
+    if module.check_mode and action not in ('plan', 'verify'):
+        result['changed'], result['msg'] = lcr.would_do(action, plan, spec['toolchain_tarball'] or spec['toolchain_src'])
+        module.exit_json(**result)
     try:
         if action == 'plan':
             result['msg'] = plan['message']
             if module.params['verify_up_to_date'] and plan['up_to_date']:
                 do_verify(module, spec, plan, plan['release_dir'], result)
         elif action == 'toolchain':
-            if spec['backend'] != 'hip':
-                module.fail_json(msg='action toolchain is for the hip backend', **result)
             tarball = spec['toolchain_tarball'] or spec['toolchain_src']
             result['changed'] = lcr.unpack_toolchain(tarball, plan['inputs']['toolchain_sha256'],
                                                      plan['toolchain_root'], spec['toolchain_strip_components'],
