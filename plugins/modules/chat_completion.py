@@ -67,6 +67,11 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+status:
+  description: The HTTP status the endpoint answered other than 200 (0 when nothing answered); the task fails.
+  returned: when the request failed
+  type: int
+  sample: 503
 json:
   description: The endpoint's answer as it sent it (C(choices), C(usage) ...).
   returned: success, not in check mode

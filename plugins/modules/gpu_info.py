@@ -215,6 +215,44 @@ gpus:
     atomics_ok:
       description: True when AtomicOps reach the CPU from this card, false when blocked, null when unknown.
       type: bool
+    atomics_blocking:
+      description: The hops (PCI addresses) that block AtomicOps on the way to the CPU; empty when none does.
+      type: list
+      elements: str
+    atomics:
+      description:
+        - Per hop from the card to the root port - C(bdf), C(role), C(routing), C(completer_32), C(completer_64),
+          C(completer_128cas), C(requester_enabled), C(egress_blocked), C(known).
+      type: list
+      elements: dict
+    links:
+      description:
+        - Per PCIe link from the root port down - C(bridge), C(device), C(speed), C(gen), C(width), C(gbps),
+          C(max_speed), C(max_width).
+      type: list
+      elements: dict
+    link_gen:
+      description: PCIe generation of the card's own current link.
+      type: int
+      sample: 5
+    backend:
+      description: The llama.cpp backend that drives the card, C(hip) or C(cuda).
+      type: str
+    cuda_arch:
+      description: NVIDIA CUDA architecture (compute capability without the dot), null for AMD.
+      type: str
+      sample: '90'
+    drm_card:
+      description: The C(/sys/class/drm) entry of an AMD card.
+      type: str
+      sample: card1
+    kfd_node:
+      description: The KFD topology node of an AMD card.
+      type: int
+    driver:
+      description: The kernel driver bound to the card.
+      type: str
+      sample: amdgpu
 collectives_legal:
   description:
     - True when every visible card can take part in a collective; for AMD cards every hop routes

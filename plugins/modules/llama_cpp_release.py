@@ -317,6 +317,81 @@ plan:
     env:
       description: The complete build environment.
       type: dict
+    hash:
+      description: The hash of the build inputs, the last part of the release name.
+      type: str
+      sample: 0123456789ab
+    inputs:
+      description: The build inputs the hash covers (source, build number, backend, flags, targets ...).
+      type: dict
+    stamp:
+      description: The C(BUILD_STAMP.json) of the release directory as found; null when there is none.
+      type: dict
+    staging_dir:
+      description: Where an install assembles the release before renaming it into place.
+      type: str
+    current:
+      description: The C(<prefix>/current) link the launcher follows.
+      type: str
+      sample: /opt/llama.cpp/current
+    current_target:
+      description: What C(current) points at now; null when it is absent.
+      type: str
+    link_target:
+      description: What C(current) must point at for this release (C(releases/<name>), relative).
+      type: str
+      sample: releases/b11434-cpu-0123456789ab
+    current_ok:
+      description: True when C(current) already points at RV(plan.link_target).
+      type: bool
+    ref:
+      description: The source's label in the release name and messages (C(b11434), or the commit).
+      type: str
+    work_dir:
+      description: The scratch directory the build runs in (O(spec.scratch_dir)).
+      type: str
+    src_dir:
+      description: Where the sources are extracted or checked out.
+      type: str
+    build_dir:
+      description: The cmake build directory.
+      type: str
+    log:
+      description: The build log.
+      type: str
+    build_number:
+      description: The build number compiled in (C(LLAMA_BUILD_NUMBER)); 0 when it comes from the checkout.
+      type: int
+    cmake_flags:
+      description: Every cmake flag of the build, merged.
+      type: dict
+    targets:
+      description: The cmake targets built.
+      type: list
+      elements: str
+    jobs:
+      description: Parallel compile jobs.
+      type: int
+    ccache:
+      description: The ccache launcher used; null without one.
+      type: str
+    toolchain_root:
+      description: Where the private ROCm toolchain is unpacked (C(<prefix>/toolchains/<sha256[:16]>)); empty without one.
+      type: str
+    toolchain_ready:
+      description: True when that toolchain is unpacked and its marker matches the declared sha256.
+      type: bool
+    clang:
+      description: The toolchain's clang (hip).
+      type: str
+    gfx_targets:
+      description: The gfx targets compiled for (hip).
+      type: list
+      elements: str
+    missing_tools:
+      description: Build tools this plan needs that are not on the build PATH (empty when all are there).
+      type: list
+      elements: str
   sample: {}
 outputs:
   description: Build results (action C(build)).

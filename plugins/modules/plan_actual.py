@@ -199,6 +199,15 @@ devices:
       description: Where the actual figure came from.
       type: str
       sample: /sys/bus/pci/devices/0000:03:00.0/mem_info_vram_used
+    pid:
+      description: The process measured for a process-backed device (C(CPU), C(host), an C(RPC) worker).
+      type: int
+    rss_anon_bytes:
+      description: The anonymous part of that process's RSS (C(RssAnon)).
+      type: int
+    rss_file_bytes:
+      description: The file-backed part of that process's RSS (C(RssFile)).
+      type: int
 misses:
   description: Devices outside the bound (verdict under or over).
   returned: always
