@@ -65,3 +65,32 @@ def test_old_names_redirect_to_modules_that_exist():
         target = route["redirect"]
         assert target.startswith("dankfleet.llm.") and target.split(".")[-1] in NAMES, (old, target)
         assert old not in NAMES, "%s is both a module and a redirect" % old
+
+
+def ansible_module(fqcn, args):
+    """One module run through the ansible command line on localhost (a redirect resolves as a play's would)."""
+    import json
+    import subprocess
+    import sys
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+               ANSIBLE_LOCALHOST_WARNING="false")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-i", "localhost,",
+                           "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", fqcn,
+                           "-a", json.dumps(args)], env=env, capture_output=True, text=True, timeout=120, check=False)
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.mark.parametrize("old, new, args", [
+    ("gpu_facts", "gpu_info", {"facts_file": os.path.join(REPO, "tests", "fixtures", "gpu", "b850-proart.facts.json")}),
+    ("host_state", "host_state_info", {"paths": [os.path.join(REPO, "galaxy.yml")], "commands": ["sh"]}),
+])
+def test_an_old_name_still_runs_with_the_same_result(old, new, args):
+    via_old = ansible_module("dankfleet.llm." + old, args)
+    via_new = ansible_module("dankfleet.llm." + new, args)
+    assert not via_old.get("failed") and not via_new.get("failed"), (via_old.get("msg"), via_new.get("msg"))
+    def shown(result):
+        return dict((k, v) for k, v in result.items() if not k.startswith("_ansible") and k not in ("action", "invocation"))
+    assert shown(via_old) == shown(via_new)
+    assert {"gpu_facts": "gpus", "host_state": "paths"}[old] in via_old
