@@ -61,9 +61,10 @@ options:
     default: true
 attributes:
   check_mode:
-    support: full
+    support: partial
     details:
-      - No file is written; the comparison still runs and is reported, with C(changed=false).
+      - No file is written; the comparison still runs and is reported, but with C(changed=false) although a real
+        run writes the files.
   diff_mode:
     support: none
   platform:
