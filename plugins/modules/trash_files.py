@@ -110,7 +110,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - Reports the moves it would make (RV(moved) or RV(restored)) and changes nothing.
+      - Reports the moves it would make (RV(moves)) and changes nothing.
   diff_mode:
     support: full
     details:

@@ -39,8 +39,8 @@ def test_attributes_from_the_fragment_with_a_support_each(name):
         assert {"dankfleet.llm.attributes", "dankfleet.llm.attributes.platform"} <= set(fragments), fragments
     info = "dankfleet.llm.attributes.info_module" in fragments
     for attribute in ("check_mode", "diff_mode"):
-        support = (attributes.get(attribute) or {}).get("support") or ("full" if attribute == "check_mode" and info
-                                                                        else "N/A" if info else None)
+        default = ("full" if attribute == "check_mode" else "N/A") if info else None
+        support = (attributes.get(attribute) or {}).get("support") or default
         assert support in SUPPORT, "%s: attributes.%s has support %r" % (name, attribute, support)
         if support == "partial":
             assert attributes[attribute].get("details"), "%s: partial %s says what is missing (details)" % (
@@ -90,6 +90,7 @@ def test_an_old_name_still_runs_with_the_same_result(old, new, args):
     via_old = ansible_module("dankfleet.llm." + old, args)
     via_new = ansible_module("dankfleet.llm." + new, args)
     assert not via_old.get("failed") and not via_new.get("failed"), (via_old.get("msg"), via_new.get("msg"))
+
     def shown(result):
         return dict((k, v) for k, v in result.items() if not k.startswith("_ansible") and k not in ("action", "invocation"))
     assert shown(via_old) == shown(via_new)
