@@ -107,10 +107,10 @@ def cases(tmp, base, sha, Case, payload_size):
          r"progress_log .*(%s)"),
         ("gguf_fetch dest", "dankfleet.llm.gguf_fetch", lambda p, n: fetch_args(p), r"(%s)"),
         ("gguf_info path", "dankfleet.llm.gguf_info", lambda p, n: {"path": p}, r"(%s)"),
-        ("gpu_facts nvidia_smi_output_file", "dankfleet.llm.gpu_facts",
+        ("gpu_facts nvidia_smi_output_file", "dankfleet.llm.gpu_info",
          lambda p, n: {"sysfs_root": os.path.join(root, "emptysys"), "nvidia_smi_output_file": p},
          r"nvidia_smi_output_file .*(%s)"),
-        ("gpu_facts facts_file", "dankfleet.llm.gpu_facts", lambda p, n: {"facts_file": p}, r"facts_file .*(%s)"),
+        ("gpu_facts facts_file", "dankfleet.llm.gpu_info", lambda p, n: {"facts_file": p}, r"facts_file .*(%s)"),
         ("plan_actual nvidia_smi_output_file", "dankfleet.llm.plan_actual",
          lambda p, n: plan_args(backend="cuda", nvidia_smi_output_file=p, env_file=env_cuda),
          r"nvidia_smi_output_file .*(%s)"),
@@ -145,7 +145,7 @@ def cases(tmp, base, sha, Case, payload_size):
         os.makedirs(dev)
         made = _kinds(os.path.join(tree, "x"), "v")[kind]
         os.rename(made, os.path.join(dev, "vendor"))
-        out.append(Case("files: not-a-file gpu_facts sysfs_root attribute is %s" % kind, "dankfleet.llm.gpu_facts",
+        out.append(Case("files: not-a-file gpu_facts sysfs_root attribute is %s" % kind, "dankfleet.llm.gpu_info",
                         {"sysfs_root": tree}, refuse=r"vendor: .*(%s)" % _KIND_RE[kind]))
 
     # --- not UTF-8 --------------------------------------------------------------------------------------
@@ -168,13 +168,13 @@ def cases(tmp, base, sha, Case, payload_size):
         for label, module, args in (
                 ("llama_server_gate env_file", "dankfleet.llm.llama_server_gate", gate_args(env)),
                 ("plan_actual env_file", "dankfleet.llm.plan_actual", plan_args(env_file=env)),
-                ("gpu_facts nvidia_smi_output_file", "dankfleet.llm.gpu_facts",
+                ("gpu_facts nvidia_smi_output_file", "dankfleet.llm.gpu_info",
                  {"sysfs_root": os.path.join(root, "emptysys"), "nvidia_smi_output_file": smi}),
-                ("gpu_facts facts_file", "dankfleet.llm.gpu_facts", {"facts_file": facts}),
+                ("gpu_facts facts_file", "dankfleet.llm.gpu_info", {"facts_file": facts}),
                 ("plan_actual nvidia_smi_output_file", "dankfleet.llm.plan_actual",
                  plan_args(backend="cuda", env_file=env_cuda, nvidia_smi_output_file=smi)),
                 ("plan_actual records file", "dankfleet.llm.plan_actual", plan_args(state_dir=sd)),
-                ("gpu_facts sysfs attribute", "dankfleet.llm.gpu_facts", {"sysfs_root": tree})):
+                ("gpu_facts sysfs attribute", "dankfleet.llm.gpu_info", {"sysfs_root": tree})):
             out.append(Case("files: not-UTF-8 %s (%r)" % (label, bad), module, args,
                             refuse=r"not UTF-8 text: byte 0x[0-9a-f]{2} at offset \d+"))
 
@@ -316,6 +316,6 @@ def cases(tmp, base, sha, Case, payload_size):
             return None if isinstance(entry, dict) and entry.get("exists") else "no entry for %s: %r" % (path, entry)
         return check
     for p in kernel:
-        out.append(Case("files: kernel file host_state %s" % p, "dankfleet.llm.host_state", {"paths": [p]},
+        out.append(Case("files: kernel file host_state %s" % p, "dankfleet.llm.host_state_info", {"paths": [p]},
                         check=answered(p)))
     return out

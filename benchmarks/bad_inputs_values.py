@@ -445,12 +445,12 @@ def cases(tmp, Case):
     with open(facts, "w") as fh:
         fh.write('{"gpus": [{"pci_address": "0000:03:00.0", "vendor": "amd", "vram_total_bytes": 1, '
                  '"runtime_index": "0"}]}')
-    out.append(Case("gpu_facts recorded runtime_index as text", "dankfleet.llm.gpu_facts", {"facts_file": facts},
+    out.append(Case("gpu_facts recorded runtime_index as text", "dankfleet.llm.gpu_info", {"facts_file": facts},
                     refuse=r"gpus\[0\]\.runtime_index must be an integer >= 0"))
     nan = os.path.join(d, "gpu-nan.facts.json")
     with open(nan, "w") as fh:
         fh.write('{"gpus": [{"pci_address": "0000:03:00.0", "vendor": "amd", "vram_total_bytes": 1, '
                  '"narrowest_link_gbps": NaN}]}')
-    out.append(Case("gpu_facts recorded NaN", "dankfleet.llm.gpu_facts", {"facts_file": nan},
+    out.append(Case("gpu_facts recorded NaN", "dankfleet.llm.gpu_info", {"facts_file": nan},
                     refuse=r"gpus\[0\]\.narrowest_link_gbps is not a finite number"))
     return out

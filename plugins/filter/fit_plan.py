@@ -36,7 +36,7 @@ options:
     description:
       - The GPUs to split over, in C(--device) order. A list of dicts with C(name), C(vram_total_bytes) and
         optionally C(vram_reserved_bytes) (bytes not available to llama.cpp), or the result of
-        M(dankfleet.llm.gpu_facts) as is (a dict with C(gpus)). Integrated GPUs (C(integrated=true)) are left out.
+        M(dankfleet.llm.gpu_info) as is (a dict with C(gpus)). Integrated GPUs (C(integrated=true)) are left out.
       - C(narrowest_link_width) / C(narrowest_link_gbps) (from gpu_facts) are used only by O(serve.lean_layers).
       - C(host), C(endpoint) and C(rpc_backend) (from P(dankfleet.llm.rpc_devices#filter)) mark a device another host
         lends over llama.cpp RPC (C(RPC0), ... first, in C(--rpc) order); it is charged its ggml-rpc-server own

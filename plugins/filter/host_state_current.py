@@ -8,14 +8,14 @@ name: host_state_current
 short_description: Whether a path the host_state module read is already what a task would leave
 version_added: 0.1.0
 description:
-  - True when the C(dankfleet.llm.host_state) entry of a path has the type O(state) and each of O(content) (by sha1),
+  - True when the C(dankfleet.llm.host_state_info) entry of a path has the type O(state) and each of O(content) (by sha1),
     O(checksum), O(mode), O(owner), O(group) and O(src) that is given. Options left out are not compared.
   - An absent path, or an entry that is not there (C(none), C({})), is never current, so the task it guards runs.
   - The roles put it in the C(when) of their file, template and copy tasks (negated), so a no-change re-run skips
     them without a round trip; a task that would change something runs as it always did (its diff, validate, notify).
 options:
   _input:
-    description: One entry of a C(dankfleet.llm.host_state) result's C(paths).
+    description: One entry of a C(dankfleet.llm.host_state_info) result's C(paths).
     type: dict
     required: true
   state:

@@ -5,7 +5,7 @@
 
 A no-change re-run of a role costs what its host round trips cost (a template that finds its file
 current is a stat, a file module and a temp dir). The roles read everything they converge with one
-``dankfleet.llm.host_state`` call and skip every task whose target the answer shows already as wanted
+``dankfleet.llm.host_state_info`` call and skip every task whose target the answer shows already as wanted
 (``is_current``, the filter ``dankfleet.llm.host_state_current``). A task that would change something
 runs exactly as before. Read-only, stdlib only.
 """

@@ -128,7 +128,7 @@ def check_gfx_targets(gfx_targets, host_gfx_targets, allow_foreign):
     if not targets:
         raise ReleaseError(
             "no gfx target to build for: the host reports none (llama_cpp_build_host_gfx_targets is empty) and "
-            "llama_cpp_build_gfx_targets is unset; run dankfleet.llm.gpu_facts on the host or set "
+            "llama_cpp_build_gfx_targets is unset; run dankfleet.llm.gpu_info on the host or set "
             "llama_cpp_build_gfx_targets")
     bad = [t for t in targets if not GFX.fullmatch(t)]
     if bad:
@@ -525,6 +525,21 @@ def toolchain_ready(root, sha256):
         return read_text(os.path.join(root, TOOLCHAIN_MARKER), 'toolchain marker', 4096).strip() == sha256
     except (IOError, OSError, ValueError):
         return False
+
+
+def would_do(action, plan, tarball=None):
+    """What action toolchain, build or install would do with this plan, done by nothing (check mode): (changed, msg)."""
+    if action == 'toolchain':
+        if plan['toolchain_ready']:
+            return False, 'toolchain present at %s' % plan['toolchain_root']
+        return True, 'would verify %s against its sha256 and unpack it to %s' % (tarball, plan['toolchain_root'])
+    if action not in ('build', 'install'):
+        raise ReleaseError('action %s changes nothing; it has no check-mode answer' % action)
+    if plan['up_to_date']:
+        return False, plan['message']
+    if action == 'build':
+        return True, 'would build %s in %s (log %s)' % (plan['name'], plan['build_dir'], plan['log'])
+    return True, 'would bundle, verify and install %s as %s' % (plan['name'], plan['release_dir'])
 
 
 def unpack_toolchain(tarball, sha256, root, strip=0, clang=None):

@@ -71,7 +71,11 @@ SHAPE_KEYS = ("CTX_SIZE", "PARALLEL", "BATCH_SIZE", "UBATCH_SIZE", "CACHE_TYPE_K
 
 
 class PlanActualError(Exception):
-    """Bad input: the message names the cause and the fix."""
+    """Bad input: the message names the cause and the fix. ``changed``: whether something was written before it."""
+
+    def __init__(self, msg, changed=False):
+        super(PlanActualError, self).__init__(msg)
+        self.changed = changed
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -655,3 +659,146 @@ def write_textfile(directory, text, name=TEXTFILE_NAME):
         except FileRefused as exc:
             raise PlanActualError("%s. Nothing was written" % exc)
     return path, True
+
+
+# ------------------------------------------------------------------------------------ the module's run
+
+def _saved_output(path, what):
+    """A saved tool output: a regular UTF-8 file (never a FIFO or a device), at most 16 MiB."""
+    try:
+        return read_text(path, 'saved nvidia-smi output')
+    except (IOError, OSError) as exc:
+        raise PlanActualError('%s %s is not readable: %s' % (what, path, getattr(exc, 'cause', None) or exc))
+
+
+def _nvidia_smi(run_command, which, args):
+    exe = which('nvidia-smi')
+    if exe is None:
+        return None, 'nvidia-smi not found on PATH'
+    rc, out, err = run_command([exe] + args)
+    if rc != 0:
+        return None, 'nvidia-smi %s exited %d: %s' % (' '.join(args), rc, (err or out).strip()[:300])
+    return out, None
+
+
+def service_pid(run_command, service):
+    """The MainPID of a running unit; a unit that is not running is refused (nothing to measure)."""
+    rc, out, err = run_command(['systemctl', 'show', '--property=MainPID', '--value', service])
+    if rc != 0 or not out.strip().isdigit() or int(out.strip()) == 0:
+        raise PlanActualError('service %s has no MainPID (systemctl show: rc %d, %r %s): the unit is not running; '
+                              'nothing to measure' % (service, rc, out.strip(), err.strip()))
+    return int(out.strip())
+
+
+def _output_tied(plan, backend, model_path, warnings):
+    """Whether the model's output tensor is tied to its embeddings (the CPU fold counts it once)."""
+    if not (plan and backend == 'cpu' and model_path and os.path.isfile(model_path)):
+        return False
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+    try:
+        return bool(gguf_facts(model_path).get('output_tied'))
+    except Exception as exc:  # a header we cannot read: measure anyway, say the fold may be off
+        warnings.append('could not read %s header (%s): assumed an untied output' % (model_path, exc))
+        return False
+
+
+def _nvidia_texts(p, names, run_command, which, warnings):
+    """nvidia-smi's per-process and per-GPU tables: saved files where given, else the live tool (CUDA only)."""
+    apps_text = gpus_text = None
+    if p['backend'] == 'cuda' or any(n.startswith('CUDA') for n in names):
+        if p['nvidia_smi_output_file']:
+            apps_text = _saved_output(p['nvidia_smi_output_file'], 'nvidia_smi_output_file')
+        else:
+            apps_text, why = _nvidia_smi(run_command, which, NVIDIA_SMI_APPS_ARGS)
+            if why:
+                warnings.append(why)
+        if p['nvidia_smi_gpus_file']:
+            gpus_text = _saved_output(p['nvidia_smi_gpus_file'], 'nvidia_smi_gpus_file')
+        elif not p['nvidia_smi_output_file']:
+            gpus_text, why = _nvidia_smi(run_command, which, NVIDIA_SMI_GPUS_ARGS)
+            if why:
+                warnings.append(why)
+    return apps_text, gpus_text
+
+
+def _check_dirs(state_dir, textfile_dir):
+    """Both directories exist and are safe to write, checked before either is written."""
+    if not os.path.isdir(state_dir):
+        raise PlanActualError('state_dir %s does not exist: run the llama_server role (it creates it) or pass the '
+                              'service state directory' % state_dir)
+    if textfile_dir and not os.path.isdir(textfile_dir):
+        raise PlanActualError('textfile_dir %s does not exist: create it (node-exporter --collector.textfile.'
+                              'directory), leave it empty for no textfile, or set textfile_dir_optional' % textfile_dir)
+    check_dir(state_dir, 'state_dir')
+    if textfile_dir:
+        check_dir(textfile_dir, 'textfile_dir')
+
+
+def _miss_warning(rows, record, text):
+    for r in rows:
+        if r['verdict'] in ('under', 'over'):
+            return 'plan vs actual: %s %s by %.1f MiB, beyond the planner\'s bound of %.1f MiB (%s)\n%s' % (
+                r['device'], 'underestimated' if r['verdict'] == 'under' else 'overestimated',
+                abs(r['error_bytes']) / float(MIB), r['bound_bytes'] / float(MIB), record['bound']['source'], text)
+    return None
+
+
+def run(p, run_command, which, check_mode=False):
+    """The module dankfleet.llm.plan_actual on its parameters ``p`` (its argument spec's names, defaults filled in).
+
+    ``run_command(argv) -> (rc, out, err)`` and ``which(name) -> path or None`` reach the host (systemctl,
+    nvidia-smi). Measures the process (``pid``, or the MainPID of ``service``) per device, compares it with the
+    plan, and (unless ``check_mode`` or ``record`` is false) appends the record and writes the textfile.
+    Returns ``(result, warnings)``: the module's result keys, and the warnings to show. Raises PlanActualError
+    naming the cause (its ``changed`` says whether the record was appended before the failure).
+    """
+    check_textfile_name(p['textfile_name'])  # a name that climbs out of textfile_dir: refused before anything runs
+    backend = p['backend']
+    warnings = []
+    pid = service_pid(run_command, p['service']) if p['service'] else p['pid']
+    textfile_dir = p['textfile_dir']
+    if textfile_dir and not os.path.isdir(textfile_dir) and p['textfile_dir_optional']:
+        warnings.append('textfile_dir %s is not a directory: no node-exporter textfile written (install '
+                        'prometheus-node-exporter, or set the directory its --collector.textfile.directory reads)'
+                        % textfile_dir)
+        textfile_dir = ''
+    env = read_env_file(p['env_file'])
+    model_path = env.get('MODEL_PATH', '')
+    planned = planned_devices(p['plan'], backend, output_tied=_output_tied(p['plan'], backend, model_path, warnings))
+    names = [n for n in planned if n != 'host']
+    if not names and env.get('DEVICES'):
+        names = [n.strip() for n in env['DEVICES'].split(',') if n.strip()]
+    apps_text, gpus_text = _nvidia_texts(p, names, run_command, which, warnings)
+    actual, mwarn = measure(p['sysfs_root'], backend, pid, names, workers=p['workers'], gpus=p['gpus'],
+                            visible_devices=p['visible_devices'], compute_apps_text=apps_text,
+                            gpu_uuids_text=gpus_text)
+    warnings += mwarn
+    rows = compare(backend, planned, actual)
+    records_path = os.path.join(p['state_dir'], RECORD_FILE)
+    load_records(records_path)          # a broken history is named before anything is written
+    _check_dirs(p['state_dir'], textfile_dir)
+    sha, sha_source = model_sha256(model_path, p['model_sha256'])
+    record = make_record(backend, rows, release=env.get('LLAMA_RELEASE', ''), model_sha=sha,
+                         model_path=model_path, shape=env_shape(env), plan=p['plan'])
+    record['model_sha256_source'] = sha_source
+    if p['verify']:
+        record['verify'] = p['verify']
+    changed = bool(p['record'])         # in check mode: what a real run would do
+    count = textfile = None
+    if p['record'] and not check_mode:
+        count = append_record(records_path, record)
+        if textfile_dir:
+            try:
+                textfile, _ = write_textfile(textfile_dir, render_textfile(record), p['textfile_name'])
+            except PlanActualError as exc:
+                raise PlanActualError(str(exc), changed=True)
+    elif textfile_dir:
+        textfile = os.path.join(textfile_dir, p['textfile_name'])
+    text = table(rows)
+    miss = _miss_warning(rows, record, text)
+    if miss:
+        warnings.append(miss)
+    result = dict(changed=changed, pid=pid, devices=rows, misses=record['misses'],
+                  underestimated=[r['device'] for r in rows if r['verdict'] == 'under'], table=text,
+                  bound=record['bound'], record=record, records_path=records_path, records=count, textfile=textfile)
+    return result, warnings

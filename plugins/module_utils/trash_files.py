@@ -983,6 +983,18 @@ def _existing_manifest(trash_dir, manifest):
 
 # ----------------------------------------------------------------------------- retire
 
+def moves_diff(result):
+    """Ansible's diff of a retire or restore result: the moved paths where they were, and where they went (or would
+    go, in check mode), one per line in the order they move."""
+    moves = result.get('moves') or []
+    return {
+        'before_header': '%s: paths before' % result.get('trash_dir'),
+        'after_header': '%s: paths after' % result.get('trash_dir'),
+        'before': ''.join('%s\n' % m['src'] for m in moves),
+        'after': ''.join('%s\n' % m['dest'] for m in moves),
+    }
+
+
 def retire(trash_dir, paths, units=(), check_mode=False, comments=(), known_sha256=None):
     """Move ``paths`` (and what they expand to) into ``trash_dir``; return what happened.
 

@@ -26,6 +26,9 @@ description:
   - Runs on the controller (C(delegate_to) C(localhost)); the plot needs matplotlib in the controller's Python.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   kind:
     description: Which harness the results come from.
@@ -58,12 +61,14 @@ options:
     default: true
 attributes:
   check_mode:
-    description: In check mode no file is written; the comparison still runs and is reported.
-    support: full
+    support: partial
+    details:
+      - No file is written; the comparison still runs and is reported, but with C(changed=false) although a real
+        run writes the files.
   diff_mode:
-    description: Not supported.
     support: none
-'''
+  platform:
+    platforms: posix'''
 
 EXAMPLES = r'''
 - name: Write the A/B and fail on a greedy-text mismatch

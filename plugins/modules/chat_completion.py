@@ -20,6 +20,8 @@ description:
   - In check mode it sends nothing and reports what it would ask.
 extends_documentation_fragment:
   - dankfleet.llm.endpoint
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 author:
   - dankfleet engineers (@dankfleet)
 options:
@@ -41,6 +43,17 @@ options:
         read, so a peer sending a byte at a time cannot hold it longer).
     type: float
     default: 120
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Sends nothing; says what it would POST.
+  diff_mode:
+    support: N/A
+    details:
+      - This action does not modify state.
+  platform:
+    platforms: posix
 seealso:
   - module: dankfleet.llm.llama_server_gate
 '''
@@ -54,6 +67,11 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+status:
+  description: The HTTP status the endpoint answered other than 200 (0 when nothing answered); the task fails.
+  returned: when the request failed
+  type: int
+  sample: 503
 json:
   description: The endpoint's answer as it sent it (C(choices), C(usage) ...).
   returned: success, not in check mode

@@ -38,6 +38,9 @@ description:
   - A failing endpoint does not fail the module; it fails only on input it cannot verify from, naming the cause.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   env_file:
     description: The live env file of the service (the llama_server role's C(llama_server_env_file)).
@@ -112,12 +115,14 @@ seealso:
   - module: dankfleet.llm.llama_server_gate
 attributes:
   check_mode:
-    support: full
-    description: Sends no request and writes no textfile; lists what it would send.
+    support: partial
+    details:
+      - Sends no request and writes no textfile; lists what it would send in RV(would_send) and reports
+        C(changed=false) although a real run may write the textfile.
   diff_mode:
     support: none
-    description: Nothing to diff.
-'''
+  platform:
+    platforms: posix'''
 
 EXAMPLES = r'''
 - name: Verify the gated endpoint

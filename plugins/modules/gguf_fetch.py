@@ -195,7 +195,8 @@ options:
     default: true
 extends_documentation_fragment:
   - ansible.builtin.files
-  - ansible.builtin.action_common_attributes
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 attributes:
   check_mode:
     support: full

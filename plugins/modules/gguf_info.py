@@ -35,6 +35,10 @@ description:
     length than C(block_count), and a C(full_attention_interval) of 0, are refused as llama.cpp refuses them --
     never padded, cut or replaced by a default.
   - Never changes anything; safe in check mode.
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
+  - dankfleet.llm.attributes.info_module
 options:
   path:
     description:
@@ -55,12 +59,8 @@ options:
     type: bool
     default: false
 attributes:
-  check_mode:
-    description: Can run in check_mode and return the same facts.
-    support: full
-  diff_mode:
-    description: Nothing is changed, so there is nothing to diff.
-    support: none
+  platform:
+    platforms: posix
 author:
   - dankfleet engineers (@dankfleet)
 """
@@ -87,39 +87,59 @@ files:
            "drafter": {"path": "/var/lib/dankfleet/models/d/d.gguf", "exists": false}}
 path:
   description: The file read.
-  returned: always
+  returned: when O(path) is given
   type: str
 file_size:
   description: Bytes on disk.
-  returned: always
+  returned: when O(path) is given
   type: int
 gguf_version:
   description: GGUF format version (2 or 3).
-  returned: always
+  returned: when O(path) is given
+  type: int
+endian:
+  description: Byte order of the file, C(little) (a big-endian file is refused on a little-endian host).
+  returned: when O(path) is given
+  type: str
+alignment:
+  description: C(general.alignment), the padding of the tensor data (32 unless set).
+  returned: when O(path) is given
+  type: int
+metadata_count:
+  description: Number of metadata keys.
+  returned: when O(path) is given
+  type: int
+name:
+  description: C(general.name); null when unset.
+  returned: when O(path) is given
+  type: str
+file_type:
+  description: C(general.file_type), llama.cpp's number for the weights' quantization; null when unset.
+  returned: when O(path) is given
   type: int
 tensor_data_offset:
   description: Where tensor data starts (header and metadata size, padded to the alignment).
-  returned: always
+  returned: when O(path) is given
   type: int
 tensor_count:
   description: Number of tensors.
-  returned: always
+  returned: when O(path) is given
   type: int
 tensor_bytes_total:
   description: Sum of all tensors' bytes, computed from ggml type block sizes.
-  returned: always
+  returned: when O(path) is given
   type: int
 tensor_types:
   description: Count of tensors per ggml type.
-  returned: always
+  returned: when O(path) is given
   type: dict
 architecture:
   description: C(general.architecture).
-  returned: always
+  returned: when O(path) is given
   type: str
 architecture_supported:
   description: Whether the layer kinds of this architecture are derived (fit_plan refuses the others).
-  returned: always
+  returned: when O(path) is given
   type: bool
 is_drafter:
   description: Whether the file is a drafter, not a model llama-server serves -- a C(dflash) (DFlash, DFlash2,
@@ -133,15 +153,15 @@ drafter_reason:
   type: str
 is_mmproj:
   description: The file is a multimodal projector (C(clip) architecture).
-  returned: always
+  returned: when O(path) is given
   type: bool
 mmproj:
   description: For an mmproj -- C(projector_type), C(has_vision_encoder), C(has_audio_encoder), C(bytes).
-  returned: always
+  returned: when O(path) is given
   type: dict
 mmproj_bytes:
   description: Tensor bytes of an mmproj (0 otherwise).
-  returned: always
+  returned: when O(path) is given
   type: int
 block_count:
   description: C(<arch>.block_count), nextn blocks included.
@@ -163,6 +183,55 @@ embedding_length:
   description: C(n_embd).
   returned: when not an mmproj
   type: int
+feed_forward_length:
+  description: The largest C(<arch>.feed_forward_length) (the widest layer's); null when unset.
+  returned: when not an mmproj
+  type: int
+head_count:
+  description: C(<arch>.attention.head_count) (of the first layer when per layer).
+  returned: when not an mmproj
+  type: int
+head_count_kv:
+  description: C(<arch>.attention.head_count_kv) as written (a per-layer list stays a list); the head count when unset.
+  returned: when not an mmproj
+  type: raw
+key_length:
+  description: Dimension of K per head (C(attention.key_length), else the embedding length over the heads).
+  returned: when not an mmproj
+  type: int
+value_length:
+  description: Dimension of V per head (C(attention.value_length), else as for K).
+  returned: when not an mmproj
+  type: int
+key_length_swa:
+  description: Dimension of K per head of the sliding-window layers (C(attention.key_length_swa), else RV(key_length)).
+  returned: when not an mmproj
+  type: int
+value_length_swa:
+  description: Dimension of V per head of the sliding-window layers (C(attention.value_length_swa), else RV(value_length)).
+  returned: when not an mmproj
+  type: int
+swa_type:
+  description: The sliding-window kind llama.cpp applies, C(none), C(standard) or C(chunked).
+  returned: when not an mmproj
+  type: str
+full_attention_interval:
+  description: C(<arch>.full_attention_interval) (every n-th layer is full attention); null when unset.
+  returned: when not an mmproj
+  type: int
+rs_rollback:
+  description: Whether llama.cpp keeps rollback copies of the recurrent state for this architecture (speculation).
+  returned: when not an mmproj
+  type: bool
+rope:
+  description: C(freq_base), C(dimension_count), C(dimension_sections), C(scaling_type), C(scaling_factor) and
+    C(scaling_original_context_length) of C(<arch>.rope.*); null where unset.
+  returned: when not an mmproj
+  type: dict
+output_tied:
+  description: True when there is no C(output.weight) and the token embedding serves as the output.
+  returned: when not an mmproj
+  type: bool
 vocab_size:
   description: Tokenizer size.
   returned: when not an mmproj
@@ -170,12 +239,12 @@ vocab_size:
 layers:
   description: Per layer -- C(index), C(kind), C(n_head), C(n_head_kv), C(key_length), C(value_length), C(n_ff),
     C(kv_bytes_per_token_f16), C(tensor_bytes).
-  returned: always
+  returned: when O(path) is given
   type: list
   elements: dict
 layer_kinds:
   description: The C(kind) of every layer, in order.
-  returned: always
+  returned: when O(path) is given
   type: list
   elements: str
 layer_counts:
@@ -222,7 +291,7 @@ mask_token_id:
   type: int
 metadata:
   description: Every key/value pair; arrays longer than 64 elements are summarised as type and length.
-  returned: always
+  returned: when O(path) is given
   type: dict
 tensors:
   description: The tensor table, when O(tensors=true).

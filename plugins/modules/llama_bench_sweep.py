@@ -27,6 +27,9 @@ description:
     KV in front of the measurement. No drafter takes part, so the decode rate is the drafterless baseline.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   llama_bench:
     description: Path of C(llama-bench) on the host.
@@ -131,11 +134,15 @@ options:
     default: 3600
 attributes:
   check_mode:
-    description: In check mode no cell runs; the module returns the command of every cell.
     support: full
+    details:
+      - No cell runs; the module returns the command of every cell. A sweep leaves nothing behind either way.
   diff_mode:
-    description: Nothing is changed.
-    support: none
+    support: N/A
+    details:
+      - The transient units end with their cell; nothing is left to diff.
+  platform:
+    platforms: linux
 notes:
   - A failed cell is a row with C(status=failed) and the tail of llama-bench's stderr; the module itself fails
     only when nothing can run at all (missing binary or model, no systemd for O(transient_unit)).

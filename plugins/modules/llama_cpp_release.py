@@ -28,6 +28,9 @@ description:
   - C(verify) checks a release the way a person would by hand; run it every time.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   action:
     description: Which step to take.
@@ -109,7 +112,7 @@ options:
         elements: str
         default: []
       host_gfx_targets:
-        description: The host's own gfx targets (from C(dankfleet.llm.gpu_facts)).
+        description: The host's own gfx targets (from C(dankfleet.llm.gpu_info)).
         type: list
         elements: str
         default: []
@@ -234,8 +237,20 @@ options:
       - A release that is not up to date is not verified here; verify it after the install as before.
     type: bool
     default: false
+attributes:
+  check_mode:
+    support: full
+    details:
+      - O(action=plan) and O(action=verify) run as usual (they change nothing).
+      - O(action=toolchain), O(action=build) and O(action=install) change nothing and report C(changed=true) with
+        what they would do in RV(msg), or C(changed=false) when the plan finds nothing to do.
+  diff_mode:
+    support: none
+  platform:
+    platforms: linux
 notes:
-  - C(plan) and C(verify) change nothing and run in check mode; the other actions refuse check mode.
+  - C(plan) and C(verify) change nothing and run in check mode; the other actions then change nothing either and
+    report what they would do.
 seealso:
   - name: The runbook's bundling trap
     description: Why device libraries are copied by contents into declared destinations.
@@ -302,6 +317,81 @@ plan:
     env:
       description: The complete build environment.
       type: dict
+    hash:
+      description: The hash of the build inputs, the last part of the release name.
+      type: str
+      sample: 0123456789ab
+    inputs:
+      description: The build inputs the hash covers (source, build number, backend, flags, targets ...).
+      type: dict
+    stamp:
+      description: The C(BUILD_STAMP.json) of the release directory as found; null when there is none.
+      type: dict
+    staging_dir:
+      description: Where an install assembles the release before renaming it into place.
+      type: str
+    current:
+      description: The C(<prefix>/current) link the launcher follows.
+      type: str
+      sample: /opt/llama.cpp/current
+    current_target:
+      description: What C(current) points at now; null when it is absent.
+      type: str
+    link_target:
+      description: What C(current) must point at for this release (C(releases/<name>), relative).
+      type: str
+      sample: releases/b11434-cpu-0123456789ab
+    current_ok:
+      description: True when C(current) already points at RV(plan.link_target).
+      type: bool
+    ref:
+      description: The source's label in the release name and messages (C(b11434), or the commit).
+      type: str
+    work_dir:
+      description: The scratch directory the build runs in (O(spec.scratch_dir)).
+      type: str
+    src_dir:
+      description: Where the sources are extracted or checked out.
+      type: str
+    build_dir:
+      description: The cmake build directory.
+      type: str
+    log:
+      description: The build log.
+      type: str
+    build_number:
+      description: The build number compiled in (C(LLAMA_BUILD_NUMBER)); 0 when it comes from the checkout.
+      type: int
+    cmake_flags:
+      description: Every cmake flag of the build, merged.
+      type: dict
+    targets:
+      description: The cmake targets built.
+      type: list
+      elements: str
+    jobs:
+      description: Parallel compile jobs.
+      type: int
+    ccache:
+      description: The ccache launcher used; null without one.
+      type: str
+    toolchain_root:
+      description: Where the private ROCm toolchain is unpacked (C(<prefix>/toolchains/<sha256[:16]>)); empty without one.
+      type: str
+    toolchain_ready:
+      description: True when that toolchain is unpacked and its marker matches the declared sha256.
+      type: bool
+    clang:
+      description: The toolchain's clang (hip).
+      type: str
+    gfx_targets:
+      description: The gfx targets compiled for (hip).
+      type: list
+      elements: str
+    missing_tools:
+      description: Build tools this plan needs that are not on the build PATH (empty when all are there).
+      type: list
+      elements: str
   sample: {}
 outputs:
   description: Build results (action C(build)).
@@ -477,21 +567,22 @@ def main():
     )
     action = module.params['action']
     spec = module.params['spec']
-    if module.check_mode and action not in ('plan', 'verify'):
-        module.exit_json(changed=False, skipped=True, msg='action %s changes the host; skipped in check mode' % action)
     try:
         plan = lcr.plan(spec)
     except lcr.ReleaseError as exc:
         module.fail_json(msg=str(exc))
     result = dict(changed=False, plan=summary(plan))
+    if action == 'toolchain' and spec['backend'] != 'hip':
+        module.fail_json(msg='action toolchain is for the hip backend', **result)
+    if module.check_mode and action not in ('plan', 'verify'):
+        result['changed'], result['msg'] = lcr.would_do(action, plan, spec['toolchain_tarball'] or spec['toolchain_src'])
+        module.exit_json(**result)
     try:
         if action == 'plan':
             result['msg'] = plan['message']
             if module.params['verify_up_to_date'] and plan['up_to_date']:
                 do_verify(module, spec, plan, plan['release_dir'], result)
         elif action == 'toolchain':
-            if spec['backend'] != 'hip':
-                module.fail_json(msg='action toolchain is for the hip backend', **result)
             tarball = spec['toolchain_tarball'] or spec['toolchain_src']
             result['changed'] = lcr.unpack_toolchain(tarball, plan['inputs']['toolchain_sha256'],
                                                      plan['toolchain_root'], spec['toolchain_strip_components'],

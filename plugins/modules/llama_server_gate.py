@@ -33,6 +33,9 @@ description:
     never returned.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   env_file:
     description: The live env file of the service (the llama_server role's C(llama_server_env_file)).
@@ -98,11 +101,14 @@ seealso:
 attributes:
   check_mode:
     support: full
-    description: Sends no request; reports what would be checked.
+    details:
+      - Sends no request; reports what would be checked.
   diff_mode:
-    support: none
-    description: Nothing to diff - the gate changes nothing.
-'''
+    support: N/A
+    details:
+      - The gate changes nothing.
+  platform:
+    platforms: linux'''
 
 EXAMPLES = r'''
 - name: Gate the restarted service
@@ -202,6 +208,10 @@ build_info:
   description: The build C(/props) reports (C(b11434-unknown)); null when step 3 did not run.
   returned: always
   type: str
+spec_chat_status:
+  description: The HTTP status of step 4's request to the drafter's shape; null when step 4 did not run.
+  returned: always
+  type: int
 env_problems:
   description: Lines of the env file systemd would not read as written (they do not fail the gate; the role's validator refuses them).
   returned: always
@@ -234,7 +244,7 @@ ARGUMENT_SPEC = dict(
 )
 EMPTY = dict(passed=None, findings=[], message='', expected={}, health_timeout=None, payload_bytes=None, checks=[],
              checked=[], health_seconds=None, completion_tokens=None, drafts=None, main_pid=None, n_restarts=None,
-             active_state=None, build_info=None, env_problems=[])
+             active_state=None, build_info=None, spec_chat_status=None, env_problems=[])
 
 
 def main():

@@ -31,6 +31,9 @@ description:
     fix) before anything is written.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   plan:
     description:
@@ -89,7 +92,7 @@ options:
     type: str
     default: llm_plan_actual.prom
   gpus:
-    description: C(dankfleet.llm.gpu_facts)' C(gpus) (name to PCI address); optional, else the KFD/nvidia-smi order.
+    description: C(dankfleet.llm.gpu_info)' C(gpus) (name to PCI address); optional, else the KFD/nvidia-smi order.
     type: list
     elements: dict
     default: []
@@ -125,11 +128,14 @@ options:
     type: path
 attributes:
   check_mode:
-    description: Measures and reports; writes neither the record nor the textfile.
     support: full
+    details:
+      - Measures and reports; writes neither the record nor the textfile, and reports C(changed=true) when a real
+        run would append the record (O(record=true)).
   diff_mode:
-    description: No diff is returned.
     support: none
+  platform:
+    platforms: linux
 notes:
   - The bound is the planner's own - cpu and cuda C(max(1 % of the measured total, 64 MiB)) (benchmarks/fit_accuracy.py),
     hip 0.8 GiB against the card's used VRAM (tests/unit/plugins/module_utils/test_fit_plan_runbook.py).
@@ -193,6 +199,15 @@ devices:
       description: Where the actual figure came from.
       type: str
       sample: /sys/bus/pci/devices/0000:03:00.0/mem_info_vram_used
+    pid:
+      description: The process measured for a process-backed device (C(CPU), C(host), an C(RPC) worker).
+      type: int
+    rss_anon_bytes:
+      description: The anonymous part of that process's RSS (C(RssAnon)).
+      type: int
+    rss_file_bytes:
+      description: The file-backed part of that process's RSS (C(RssFile)).
+      type: int
 misses:
   description: Devices outside the bound (verdict under or over).
   returned: always
@@ -230,11 +245,8 @@ textfile:
   type: str
 '''
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
 
 ARGUMENT_SPEC = dict(
     plan=dict(type='dict', default={}),
@@ -259,127 +271,17 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def _read_file(module, path, what):
-    """A saved tool output: a regular UTF-8 file (never a FIFO or a device), at most 16 MiB."""
-    try:
-        return read_text(path, 'saved nvidia-smi output')
-    except (IOError, OSError) as exc:
-        module.fail_json(msg='%s %s is not readable: %s' % (what, path, getattr(exc, 'cause', None) or exc))
-
-
-def _nvidia_smi(module, args):
-    exe = module.get_bin_path('nvidia-smi')
-    if exe is None:
-        return None, 'nvidia-smi not found on PATH'
-    rc, out, err = module.run_command([exe] + args)
-    if rc != 0:
-        return None, 'nvidia-smi %s exited %d: %s' % (' '.join(args), rc, (err or out).strip()[:300])
-    return out, None
-
-
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            required_one_of=[('pid', 'service')], mutually_exclusive=[('pid', 'service')])
-    p = module.params
-    try:  # a name that climbs out of textfile_dir is refused before anything is read or written
-        pa.check_textfile_name(p['textfile_name'])
-    except pa.PlanActualError as exc:
-        module.fail_json(msg=str(exc))
-    backend = p['backend']
-    warnings = []
-    pid = p['pid']
-    if p['service']:
-        rc, out, err = module.run_command(['systemctl', 'show', '--property=MainPID', '--value', p['service']])
-        if rc != 0 or not out.strip().isdigit() or int(out.strip()) == 0:
-            module.fail_json(msg='service %s has no MainPID (systemctl show: rc %d, %r %s): the unit is not running; '
-                                 'nothing to measure' % (p['service'], rc, out.strip(), err.strip()))
-        pid = int(out.strip())
-    textfile_dir = p['textfile_dir']
-    if textfile_dir and not os.path.isdir(textfile_dir) and p['textfile_dir_optional']:
-        warnings.append('textfile_dir %s is not a directory: no node-exporter textfile written (install '
-                        'prometheus-node-exporter, or set the directory its --collector.textfile.directory reads)'
-                        % textfile_dir)
-        textfile_dir = ''
     try:
-        env = pa.read_env_file(p['env_file'])
-        output_tied = False
-        model_path = env.get('MODEL_PATH', '')
-        if p['plan'] and backend == 'cpu' and model_path and os.path.isfile(model_path):
-            from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
-            try:
-                output_tied = bool(gguf_facts(model_path).get('output_tied'))
-            except Exception as exc:  # a header we cannot read: measure anyway, say the fold may be off
-                warnings.append('could not read %s header (%s): assumed an untied output' % (model_path, exc))
-        planned = pa.planned_devices(p['plan'], backend, output_tied=output_tied)
-        names = [n for n in planned if n != 'host']
-        if not names and env.get('DEVICES'):
-            names = [n.strip() for n in env['DEVICES'].split(',') if n.strip()]
-        apps_text = gpus_text = None
-        if backend == 'cuda' or any(n.startswith('CUDA') for n in names):
-            if p['nvidia_smi_output_file']:
-                apps_text = _read_file(module, p['nvidia_smi_output_file'], 'nvidia_smi_output_file')
-            else:
-                apps_text, why = _nvidia_smi(module, pa.NVIDIA_SMI_APPS_ARGS)
-                if why:
-                    warnings.append(why)
-            if p['nvidia_smi_gpus_file']:
-                gpus_text = _read_file(module, p['nvidia_smi_gpus_file'], 'nvidia_smi_gpus_file')
-            elif not p['nvidia_smi_output_file']:
-                gpus_text, why = _nvidia_smi(module, pa.NVIDIA_SMI_GPUS_ARGS)
-                if why:
-                    warnings.append(why)
-        actual, mwarn = pa.measure(p['sysfs_root'], backend, pid, names, workers=p['workers'], gpus=p['gpus'],
-                                   visible_devices=p['visible_devices'], compute_apps_text=apps_text,
-                                   gpu_uuids_text=gpus_text)
-        warnings += mwarn
-        rows = pa.compare(backend, planned, actual)
-        records_path = os.path.join(p['state_dir'], pa.RECORD_FILE)
-        pa.load_records(records_path)          # a broken history is named before anything is written
-        if not os.path.isdir(p['state_dir']):
-            module.fail_json(msg='state_dir %s does not exist: run the llama_server role (it creates it) or pass the '
-                                 'service state directory' % p['state_dir'])
-        if textfile_dir and not os.path.isdir(textfile_dir):
-            module.fail_json(msg='textfile_dir %s does not exist: create it (node-exporter --collector.textfile.'
-                                 'directory), leave it empty for no textfile, or set textfile_dir_optional' % textfile_dir)
-        pa.check_dir(p['state_dir'], 'state_dir')  # both directories are checked before either is written
-        if textfile_dir:
-            pa.check_dir(textfile_dir, 'textfile_dir')
-        sha, sha_source = pa.model_sha256(model_path, p['model_sha256'])
-        record = pa.make_record(backend, rows, release=env.get('LLAMA_RELEASE', ''), model_sha=sha,
-                                model_path=model_path, shape=pa.env_shape(env), plan=p['plan'])
-        record['model_sha256_source'] = sha_source
-        if p['verify']:
-            record['verify'] = p['verify']
+        result, warnings = pa.run(module.params, module.run_command, module.get_bin_path,
+                                  check_mode=module.check_mode)
     except pa.PlanActualError as exc:
-        module.fail_json(msg=str(exc))
-    changed = False
-    count = None
-    textfile = None
-    if p['record'] and not module.check_mode:
-        try:
-            count = pa.append_record(records_path, record)
-            changed = True
-            if textfile_dir:
-                textfile, _ = pa.write_textfile(textfile_dir, pa.render_textfile(record), p['textfile_name'])
-        except pa.PlanActualError as exc:
-            module.fail_json(msg=str(exc), changed=changed)
-    elif textfile_dir:
-        textfile = os.path.join(textfile_dir, p['textfile_name'])
-    text = pa.table(rows)
-    misses = record['misses']
-    under = [r['device'] for r in rows if r['verdict'] == 'under']
-    for r in rows:
-        if r['verdict'] in ('under', 'over'):
-            warnings.append('plan vs actual: %s %s by %.1f MiB, beyond the planner\'s bound of %.1f MiB (%s)\n%s' % (
-                r['device'], 'underestimated' if r['verdict'] == 'under' else 'overestimated',
-                abs(r['error_bytes']) / float(pa.MIB), r['bound_bytes'] / float(pa.MIB), record['bound']['source'],
-                text))
-            break
-    for w in warnings:
-        module.warn(w)
-    module.exit_json(changed=changed, pid=pid, devices=rows, misses=misses, underestimated=under, table=text,
-                     bound=record['bound'], record=record, records_path=records_path, records=count,
-                     textfile=textfile)
+        module.fail_json(msg=str(exc), changed=exc.changed)
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':

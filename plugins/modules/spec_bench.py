@@ -29,6 +29,8 @@ author:
   - dankfleet engineers (@dankfleet)
 extends_documentation_fragment:
   - dankfleet.llm.endpoint
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   shapes:
     description: Shapes to run, in order.
@@ -73,11 +75,15 @@ options:
     default: 900
 attributes:
   check_mode:
-    description: In check mode nothing is sent; the module reports the shapes it would run.
     support: full
+    details:
+      - Nothing is sent; the module reports the shapes it would run.
   diff_mode:
-    description: Nothing is changed.
-    support: none
+    support: N/A
+    details:
+      - This action does not modify state.
+  platform:
+    platforms: posix
 notes:
   - Greedy decoding is deterministic per configuration; speculative decoding verifies every drafted
     token, so the token ids must not change between configurations. The comparison is done by

@@ -44,9 +44,13 @@ description:
     that accounts for fewer files than the trash directory holds (cut short or edited).
   - A file whose move the MANIFEST left unconfirmed (a crash, a full trash) is restored from wherever it is.
   - Idempotent both ways; in check mode it reports the moves it would make and changes nothing.
+  - With C(--diff), the paths that move are listed where they were (before) and where they go (after).
   - Stops no unit and reloads no manager; the role C(dankfleet.llm.runtime_retire) does that around it.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   trash_dir:
     description:
@@ -102,6 +106,17 @@ options:
     type: list
     elements: str
     default: []
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reports the moves it would make (RV(moves)) and changes nothing.
+  diff_mode:
+    support: full
+    details:
+      - The before/after listing of every path that moves (original path and trash path).
+  platform:
+    platforms: linux
 notes:
   - In the results, bytes of a name that are not UTF-8 are shown as C(\xHH) (JSON carries text only);
     the MANIFEST and the files keep the real bytes.
@@ -160,6 +175,11 @@ moves:
     link_target:
       description: Target of a link, C(-) for a file.
       type: str
+diff:
+  description: With C(--diff), the moved paths where they were (C(before)) and where they went (C(after)), one a line.
+  returned: when diff mode is on
+  type: dict
+  sample: {before: "/opt/vllm-radiance/proxy.py\n", after: "/home/dank/.AGENTTRASH/x/opt/vllm-radiance/proxy.py\n"}
 already_retired:
   description: Paths absent from their original place that already sit in the trash (O(state=trashed)).
   returned: when state is trashed
@@ -201,7 +221,7 @@ leftovers:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import (
-    TrashError, restore, retire, shown, unit_paths)
+    TrashError, moves_diff, restore, retire, shown, unit_paths)
 
 
 ARGUMENT_SPEC = dict(
@@ -238,6 +258,8 @@ def main():
         module.fail_json(msg=shown(str(exc)))
     except (IOError, OSError) as exc:
         module.fail_json(msg=shown('%s: %s' % (getattr(exc, 'filename', None) or params['trash_dir'], exc)))
+    if module._diff:
+        result['diff'] = moves_diff(result)
     result = _printable(result)
     for dup in result.get('duplicates') or []:
         module.warn('%s and %s name the same file %s: it moved once' % (dup['same_as'], dup['given'], dup['path']))

@@ -23,6 +23,8 @@ author:
   - dankfleet engineers (@dankfleet)
 extends_documentation_fragment:
   - dankfleet.llm.endpoint
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   model:
     description: C(model) field of the requests (the endpoint's alias); empty leaves it out.
@@ -62,11 +64,15 @@ options:
     default: 1800
 attributes:
   check_mode:
-    description: In check mode nothing is sent.
     support: full
+    details:
+      - Nothing is sent.
   diff_mode:
-    description: Nothing is changed.
-    support: none
+    support: N/A
+    details:
+      - This action does not modify state.
+  platform:
+    platforms: posix
 '''
 
 EXAMPLES = r'''

@@ -52,7 +52,7 @@ PLAY = """\
       ansible.builtin.template: {src: "{{ item }}", dest: "{{ out }}/{{ item }}.out", mode: "0640"}
       loop: "{{ files }}"
     - name: probe
-      dankfleet.llm.host_state:
+      dankfleet.llm.host_state_info:
         paths: "{{ files | map('regex_replace', '^(.*)$', out ~ '/\\\\1.out') | list + [out] }}"
         users: ["{{ owner }}"]
         commands: [sh, no-such-command-dankfleet]

@@ -1,4 +1,4 @@
-"""dankfleet.llm.gpu_facts against the runbook's two recorded boards.
+"""dankfleet.llm.gpu_info against the runbook's two recorded boards.
 
 B650: ROCm1 behind the chipset (Gen4 x1, AtomicOpsCap Routing-) -> no collective.
 B850 ProArt: both cards on CPU root ports (Gen5 x8, Routing+, ReqEn+) -> collective legal.
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
-from ansible_collections.dankfleet.llm.plugins.modules import gpu_facts as gpu_facts_module
+from ansible_collections.dankfleet.llm.plugins.modules import gpu_info as gpu_facts_module
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
 
@@ -475,7 +475,7 @@ def test_facts_file_errors_name_the_file(tmp_path, content, match):
 
 # -------------------------------------------------- the module through Ansible
 
-MODULE = os.path.join(REPO, 'plugins', 'modules', 'gpu_facts.py')
+MODULE = os.path.join(REPO, 'plugins', 'modules', 'gpu_info.py')
 
 
 def test_documentation_matches_argument_spec():
@@ -494,7 +494,7 @@ def ansible(*args, check=True):
                ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_STDOUT_CALLBACK='ansible.posix.json',
                ANSIBLE_INVENTORY_UNPARSED_WARNING='false', ANSIBLE_LOCALHOST_WARNING='false')
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible'), 'localhost', '-i', 'localhost,', '-c', 'local',
-           '-e', 'ansible_python_interpreter=%s' % sys.executable, '-m', 'dankfleet.llm.gpu_facts'] + list(args)
+           '-e', 'ansible_python_interpreter=%s' % sys.executable, '-m', 'dankfleet.llm.gpu_info'] + list(args)
     if check:
         cmd.append('--check')
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -547,5 +547,5 @@ def test_module_live_host_does_not_fail():
 
 
 def test_ansible_doc_renders():
-    text = ansible_doc('dankfleet.llm.gpu_facts')
+    text = ansible_doc('dankfleet.llm.gpu_info')
     assert 'sysfs_root' in text and 'collectives_legal' in text

@@ -368,7 +368,8 @@ def test_module_records_an_h200_load_and_check_mode_writes_nothing(cuda_facts, t
             "nvidia_smi_output_file": str(apps), "model_sha256": "b" * 64}
     res = ansible(args, check=True)
     assert not res.get("failed"), res.get("msg")
-    assert res["changed"] is False and os.listdir(str(state)) == [] and os.listdir(str(textdir)) == []
+    assert res["changed"] is True and res["records"] is None and res["textfile"] == str(textdir / pa.TEXTFILE_NAME)
+    assert os.listdir(str(state)) == [] and os.listdir(str(textdir)) == []
     res = ansible(args)
     assert not res.get("failed"), res.get("msg")
     assert res["changed"] is True and res["records"] == 1 and res["misses"] == []

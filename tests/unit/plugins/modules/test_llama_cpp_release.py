@@ -93,3 +93,50 @@ def test_plan_of_a_release_to_build_verifies_nothing(tmp_path, capsys):
     planned = run(capsys, action="plan", spec=spec(tmp_path), verify_up_to_date=True)
     assert not planned["plan"]["up_to_date"] and "verify" not in planned and not planned.get("failed")
     assert planned["msg"].startswith("would build b11434 for cpu")
+
+
+def tree(path):
+    """Every path under path (nothing when it does not exist): what a run left on the disk."""
+    return sorted(os.path.join(d, n) for d, dirs, files in os.walk(str(path)) for n in dirs + files)
+
+
+@pytest.mark.parametrize("action, says", [
+    ("build", "would build b11434-cpu-"),
+    ("install", "would bundle, verify and install b11434-cpu-"),
+])
+def test_check_mode_reports_what_an_out_of_date_release_would_get_and_changes_nothing(tmp_path, capsys, action, says):
+    before = tree(tmp_path)
+    result = run_module(capsys, module.main, check_mode=True, action=action, spec=spec(tmp_path))
+    assert not result.get("failed") and not result.get("skipped"), result
+    assert result["changed"] is True and result["msg"].startswith(says), result["msg"]
+    assert not result["plan"]["up_to_date"] and result["plan"]["name"] in result["msg"]
+    assert "outputs" not in result and "bundle" not in result
+    assert tree(tmp_path) == before
+
+
+@needs_cc
+@pytest.mark.parametrize("action", ["build", "install"])
+def test_check_mode_of_an_up_to_date_release_reports_no_change(tmp_path, capsys, action):
+    installed_release(tmp_path, capsys)
+    before = tree(tmp_path)
+    result = run_module(capsys, module.main, check_mode=True, action=action, spec=spec(tmp_path))
+    assert result["changed"] is False and result["msg"].startswith("up to date: b11434 for cpu"), result
+    assert tree(tmp_path) == before
+
+
+def test_check_mode_toolchain_says_it_would_unpack_and_unpacks_nothing(tmp_path, capsys):
+    hip = dict(spec(tmp_path), backend="hip", gfx_targets=["gfx1201"], host_gfx_targets=["gfx1201"],
+               toolchain_src=str(tmp_path / "therock.tar.gz"), toolchain_tarball=str(tmp_path / "therock.tar.gz"),
+               toolchain_sha256="c" * 64)
+    result = run_module(capsys, module.main, check_mode=True, action="toolchain", spec=hip)
+    assert not result.get("failed"), result
+    assert result["changed"] is True and not result["plan"]["toolchain_ready"]
+    assert result["msg"] == "would verify %s against its sha256 and unpack it to %s" % (
+        hip["toolchain_tarball"], result["plan"]["toolchain_root"])
+    assert tree(tmp_path) == []
+
+
+def test_check_mode_toolchain_of_another_backend_fails_as_a_real_run_does(tmp_path, capsys):
+    checked = run_module(capsys, module.main, check_mode=True, action="toolchain", spec=spec(tmp_path))
+    real = run_module(capsys, module.main, action="toolchain", spec=spec(tmp_path))
+    assert checked["failed"] and checked["msg"] == real["msg"] == "action toolchain is for the hip backend"

@@ -125,3 +125,26 @@ def test_through_ansible_a_name_that_is_not_utf8(tmp_path, tree):
     r = _ansible({'trash_dir': trash, 'state': 'restored'})
     assert not r.get('failed'), r.get('msg')
     assert snapshot(tree) == before
+
+
+def test_diff_lists_the_moved_paths_before_and_after_in_check_mode_and_for_real(capsys, tmp_path):
+    src = tmp_path / 'opt'
+    src.mkdir()
+    (src / 'proxy.py').write_text('x')
+    os.symlink('proxy.py', str(src / 'link'))
+    trash = str(tmp_path / 'trash' / '20260916-x-retire')
+    want_before = sorted([str(src / 'link'), str(src / 'proxy.py')])
+    want_after = sorted(trash + p for p in want_before)
+    dry = run(capsys, trash_dir=trash, paths=[str(src)], check_mode=True, _ansible_diff=True)
+    real = run(capsys, trash_dir=trash, paths=[str(src)], _ansible_diff=True)
+    for r in (dry, real):
+        assert r['changed'] and sorted(r['diff']['before'].splitlines()) == want_before, r['diff']
+        assert sorted(r['diff']['after'].splitlines()) == want_after
+        assert [line for line in r['diff']['before'].splitlines()] == [m['src'] for m in r['moves']]
+    assert not os.path.lexists(str(src / 'proxy.py')) and os.path.islink(trash + str(src / 'link'))
+    again = run(capsys, trash_dir=trash, paths=[str(src)], _ansible_diff=True)
+    assert again['changed'] is False and again['diff']['before'] == again['diff']['after'] == ''
+    back = run(capsys, trash_dir=trash, state='restored', _ansible_diff=True)
+    assert sorted(back['diff']['before'].splitlines()) == want_after
+    assert sorted(back['diff']['after'].splitlines()) == want_before and os.path.isfile(str(src / 'proxy.py'))
+    assert 'diff' not in run(capsys, trash_dir=trash, state='restored')

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The preflight's one dankfleet.llm.host_state call reads every path a writing task of the role targets, and
+"""The preflight's one dankfleet.llm.host_state_info call reads every path a writing task of the role targets, and
 every writing task is skipped only through dankfleet.llm.host_state_current on what that call read: a new file,
 directory or release path the probe does not read would cost a round trip on every re-run (or, worse, be
 skipped on a stale reading)."""

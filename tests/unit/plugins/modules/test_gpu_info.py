@@ -1,4 +1,4 @@
-"""dankfleet.llm.gpu_facts, the module: gguf_paths reads the payload's headers in the same call (llm_plan's facts in one
+"""dankfleet.llm.gpu_info, the module: gguf_paths reads the payload's headers in the same call (llm_plan's facts in one
 round trip), exactly what gguf_info's paths option returns; without it the result has no gguf_files.
 A recorded board (tests/fixtures/gpu) and real GGUFs from tests/lab/gen_models.py.
 """
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_info
-from ansible_collections.dankfleet.llm.plugins.modules import gpu_facts as module
+from ansible_collections.dankfleet.llm.plugins.modules import gpu_info as module
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module as run
 
 gen_models = pytest.importorskip("gen_models")

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r'''
 ---
-module: gpu_facts
+module: gpu_info
 short_description: Report the GPUs llama.cpp will see, their VRAM, PCIe path and AtomicOps verdict
 version_added: 0.1.0
 description:
@@ -31,6 +31,10 @@ description:
     that is not installed yet) is loaded and the verdicts and names are derived again from it.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
+  - dankfleet.llm.attributes.info_module
 options:
   sysfs_root:
     description:
@@ -77,12 +81,8 @@ options:
       - A missing or unreadable file is reported there, never failed. The paths are taken as given (absolute).
     type: dict
 attributes:
-  check_mode:
-    description: Can run in check_mode and return the same facts; it never changes anything.
-    support: full
-  diff_mode:
-    description: Nothing is changed, so there is nothing to diff.
-    support: none
+  platform:
+    platforms: linux
 notes:
   - HIP order is the KFD node order; llama.cpp names the cards that stay visible C(ROCm0), C(ROCm1), ...
   - CUDA names follow the nvidia-smi index (PCI bus order); CUDA uses that order only with
@@ -93,7 +93,7 @@ notes:
 
 EXAMPLES = r'''
 - name: Read the GPUs of the host
-  dankfleet.llm.gpu_facts:
+  dankfleet.llm.gpu_info:
   become: true
   register: __gpus
 
@@ -102,13 +102,13 @@ EXAMPLES = r'''
     msg: "{{ __gpus.topology }}"
 
 - name: Plan against recorded facts of a board that is not installed yet
-  dankfleet.llm.gpu_facts:
+  dankfleet.llm.gpu_info:
     facts_file: "{{ playbook_dir }}/files/b850-proart.facts.json"
   delegate_to: localhost
   register: __gpus_new_board
 
 - name: Read a recorded sysfs tree with its lspci -vvv text
-  dankfleet.llm.gpu_facts:
+  dankfleet.llm.gpu_info:
     sysfs_root: /srv/recorded/b650
     lspci_output_file: /srv/recorded/b650.lspci.txt
 '''
@@ -215,6 +215,44 @@ gpus:
     atomics_ok:
       description: True when AtomicOps reach the CPU from this card, false when blocked, null when unknown.
       type: bool
+    atomics_blocking:
+      description: The hops (PCI addresses) that block AtomicOps on the way to the CPU; empty when none does.
+      type: list
+      elements: str
+    atomics:
+      description:
+        - Per hop from the card to the root port - C(bdf), C(role), C(routing), C(completer_32), C(completer_64),
+          C(completer_128cas), C(requester_enabled), C(egress_blocked), C(known).
+      type: list
+      elements: dict
+    links:
+      description:
+        - Per PCIe link from the root port down - C(bridge), C(device), C(speed), C(gen), C(width), C(gbps),
+          C(max_speed), C(max_width).
+      type: list
+      elements: dict
+    link_gen:
+      description: PCIe generation of the card's own current link.
+      type: int
+      sample: 5
+    backend:
+      description: The llama.cpp backend that drives the card, C(hip) or C(cuda).
+      type: str
+    cuda_arch:
+      description: NVIDIA CUDA architecture (compute capability without the dot), null for AMD.
+      type: str
+      sample: '90'
+    drm_card:
+      description: The C(/sys/class/drm) entry of an AMD card.
+      type: str
+      sample: card1
+    kfd_node:
+      description: The KFD topology node of an AMD card.
+      type: int
+    driver:
+      description: The kernel driver bound to the card.
+      type: str
+      sample: amdgpu
 collectives_legal:
   description:
     - True when every visible card can take part in a collective; for AMD cards every hop routes

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r'''
 ---
-module: host_state
+module: host_state_info
 short_description: Read what a role converges - paths, users, groups, units, ports, commands - in one call
 version_added: 0.1.0
 description:
@@ -23,6 +23,10 @@ description:
   - Never changes anything; runs the same in check mode.
 author:
   - dankfleet engineers (@dankfleet)
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
+  - dankfleet.llm.attributes.info_module
 options:
   paths:
     description: Absolute paths to read. A relative one is refused.
@@ -60,13 +64,16 @@ options:
     type: list
     elements: str
     default: []
+attributes:
+  platform:
+    platforms: linux
 seealso:
   - module: ansible.builtin.stat
 '''
 
 EXAMPLES = r'''
 - name: Read what the serve role converges, once
-  dankfleet.llm.host_state:
+  dankfleet.llm.host_state_info:
     paths: [/etc/llama-server/frank-medium.env, /etc/llama-server, /opt/llama.cpp/current]
     users: [dank]
     units: [frank-medium.service]
@@ -230,7 +237,7 @@ def main():
                 raise HostStateError('ports: ss -Hltnp failed (%s)' % err.strip())
             result['ports'] = parse_ports(out, params['ports'])
     except HostStateError as exc:
-        module.fail_json(msg='dankfleet.llm.host_state: %s' % exc)
+        module.fail_json(msg='dankfleet.llm.host_state_info: %s' % exc)
     module.exit_json(changed=False, **result)
 
 
