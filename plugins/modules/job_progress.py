@@ -23,7 +23,7 @@ description:
   - The log is opened as a regular file only (a link or a FIFO is refused). Never changes anything.
   - The caller collects the job's result with M(ansible.builtin.async_status) once RV(finished) is true.
   - With O(delay) and O(results_file), the action polls by itself until the job has finished, and prints
-    each poll's line on the controller as it comes (C([host] built 112 of 234 objects (48%) (poll 4, 120s))), 
+    each poll's line on the controller as it comes (C([host] built 112 of 234 objects (48%) (poll 4, 120s))),
     one task for the whole wait, however long.
 options:
   log:
@@ -140,6 +140,9 @@ def main():
             label=dict(type="str"),
             results_file=dict(type="path"),
             wait=dict(type="float", default=0.0),
+            # the action's: it loops on them and sends only wait (a direct module run reads once)
+            delay=dict(type="float"),
+            timeout=dict(type="float", default=86400.0),
         ),
         required_if=[("format", "fetch", ("label",))],
         supports_check_mode=True,

@@ -36,9 +36,8 @@ def test_polls_until_finished_with_a_line_each_poll():
                {'msg': 'built 234 of 234 objects (100%)', 'finished': True, 'done': 234, 'total': 234}]
     result, calls, lines = _run({'log': '/b.log', 'format': 'build', 'results_file': '/r/j1', 'delay': 30}, answers)
     assert len(calls) == 3
-    assert all(name == 'dankfleet.llm.job_progress' and a == {'log': '/b.log', 'format': 'build',
-                                                               'results_file': '/r/j1', 'wait': 30.0}
-               for name, a in calls)
+    sent = {'log': '/b.log', 'format': 'build', 'results_file': '/r/j1', 'wait': 30.0}
+    assert all(name == 'dankfleet.llm.job_progress' and a == sent for name, a in calls)
     assert [line.split(' (poll')[0] for line in lines] == ['[dankserver] ' + a['msg'] for a in answers]
     assert lines[-1].endswith('(poll 3, finished)')
     assert result['polls'] == 3 and result['done'] == 234 and not result.get('failed')
