@@ -33,7 +33,7 @@ help:
 	@echo "make test-fast - yamllint, ansible-lint, ansible-test sanity, unit tests (the inner loop)"
 	@echo "make clean-lab - remove the lab container and its cached facts (the build cache stays)"
 	@echo "make host-deps - install the OS packages (root on Debian/Ubuntu) or say what to install"
-	@echo "make venv      - create .venv from requirements.txt (other targets do this on first use)"
+	@echo "make venv      - create .venv from requirements.txt; needs only Python and its venv module"
 
 # make test's first step: the lab container (make lab) holds the ports the scenarios use.
 lab-idle:
