@@ -94,6 +94,8 @@ def build_progress(lines):
         msg = 'built %.0f%% of the objects' % percent
     elif start < 0:
         msg = 'not started yet'
+    elif any('ninja: no work to do' in line for line in current):
+        msg = 'built 0 objects: ninja had no work to do'
     elif ' --build ' in ' %s ' % command:
         msg = 'built 0 objects yet (the build has started)'
     else:

@@ -25,6 +25,7 @@ def test_build_counts_objects_of_the_current_command_only():
     (['$ cmake -S /s -B /b', '-- The C compiler'], 'configuring (cmake)'),
     (['$ cmake -S /s -B /b', '$ cmake --build /b -j 2'], 'built 0 objects yet (the build has started)'),
     (['$ make -j2', '[ 42%] Building CXX object x.o'], 'built 42% of the objects'),
+    (['$ cmake --build /b -j 2', 'ninja: no work to do.'], 'built 0 objects: ninja had no work to do'),
 ])
 def test_build_says_where_it_is_before_any_count(lines, msg):
     assert jp.build_progress(lines)['msg'] == msg
