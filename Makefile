@@ -1,5 +1,6 @@
 # dankfleet.llm — the two commands that matter: `make lab` and `make test`.
-# Every target but `venv` depends on the pinned toolchain in .venv.
+# Every target but `venv` depends on the pinned toolchain in .venv; `venv` needs only Python and
+# its venv module (a controller runs `make venv` alone), the lab/test targets add `host-deps`.
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
@@ -24,7 +25,7 @@ LAB_ARGS ?=
 # tests/lab/steps.sh runs each step as its own make and prints the timing table.
 STEPS := MAKE="$(MAKE)" tests/lab/steps.sh
 
-.PHONY: help host-deps venv lint sanity unit integration molecule test test-fast lab lab-deploy lab-image llama-server models build clean-lab
+.PHONY: help lab-idle host-deps venv lint sanity unit integration molecule test test-fast lab lab-deploy lab-image llama-server models build clean-lab
 
 help:
 	@echo "make lab       - deploy frank-medium (lab profile) into the local systemd container"
@@ -32,15 +33,21 @@ help:
 	@echo "make test-fast - yamllint, ansible-lint, ansible-test sanity, unit tests (the inner loop)"
 	@echo "make clean-lab - remove the lab container and its cached facts (the build cache stays)"
 	@echo "make host-deps - install the OS packages (root on Debian/Ubuntu) or say what to install"
-	@echo "make venv      - create .venv from requirements.txt (other targets do this on first use)"
+	@echo "make venv      - create .venv from requirements.txt; needs only Python and its venv module"
+
+# make test's first step: the lab container (make lab) holds the ports the scenarios use.
+lab-idle:
+	@tests/lab/lab-idle.sh
 
 # The OS packages, listed once in tests/lab/host-deps.sh; fast when all are there.
 host-deps:
 	@tests/lab/host-deps.sh
 
-venv: host-deps $(VENV)/.installed
+venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt | host-deps
+$(VENV)/.installed: requirements.txt
+	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { \
+	  echo "make venv: $(PYTHON) lacks its venv module (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
@@ -53,25 +60,25 @@ lint: venv
 	mkdir -p .lab/lint-home
 	HOME=$(CURDIR)/.lab/lint-home ansible-lint
 
-sanity: venv
+sanity: host-deps venv
 	tests/sanity.sh
 
-lab-image: venv
+lab-image: host-deps venv
 	tests/lab/build-image.sh
 
-llama-server: venv
+llama-server: host-deps venv
 	tests/lab/build-llama-server.sh >/dev/null
 
-models: venv
+models: host-deps venv
 	$(BIN)/python tests/lab/gen_models.py --out "$(DANKFLEET_CACHE)/models" >/dev/null
 
-unit: venv
+unit: host-deps venv
 	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) tests/unit
 
-integration: venv llama-server models lab-image
+integration: host-deps venv llama-server models lab-image
 	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) tests/integration
 
-molecule: venv lab-image llama-server models
+molecule: host-deps venv lab-image llama-server models
 	source tests/lab/podman-env.sh; \
 	for s in $(MOLECULE_SCENARIOS); do \
 	  echo "=== molecule test -s $$s"; \
@@ -81,7 +88,7 @@ molecule: venv lab-image llama-server models
 # Each step timed; the table at the end (also after a failure). Scenarios come
 # from MOLECULE_SCENARIOS, so a new molecule/<name>/ gets its own row.
 test:
-	@$(STEPS) "make test" host-deps venv lint sanity unit lab-image llama-server models integration \
+	@$(STEPS) "make test" lab-idle host-deps venv lint sanity unit lab-image llama-server models integration \
 	  $(addprefix molecule/,$(MOLECULE_SCENARIOS))
 
 test-fast:
@@ -91,7 +98,7 @@ test-fast:
 lab:
 	@LAB_PRELUDE_DONE=1 $(STEPS) "make lab" host-deps venv lab-image llama-server models lab-deploy
 
-lab-deploy: venv $(if $(LAB_PRELUDE_DONE),,lab-image llama-server models)
+lab-deploy: host-deps venv $(if $(LAB_PRELUDE_DONE),,lab-image llama-server models)
 	tests/lab/lab.sh $(LAB_ARGS)
 
 build: venv

@@ -9,6 +9,7 @@ range_http_server once to prove gguf_fetch_paths.
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,12 +30,13 @@ def entry(**kw):
     return {k: v for k, v in e.items() if v is not None}
 
 
-def play(tmp_path, manifest, check=False):
+def play(tmp_path, manifest, check=False, **over):
     models = tmp_path / "models"
     extra = {"gguf_fetch_manifest": manifest, "gguf_fetch_models_dir": str(models),
              "gguf_fetch_progress_log": str(tmp_path / "log" / "fetch.log"),
              "gguf_fetch_disk_margin_bytes": 0, "gguf_fetch_retry_delay": 0.05,
              "ansible_python_interpreter": sys.executable}
+    extra.update(over)
     pb = tmp_path / "pb.yml"
     pb.write_text(
         "- hosts: localhost\n  gather_facts: false\n  roles: [gguf_fetch]\n"
@@ -99,5 +101,31 @@ def test_role_fetches_and_publishes_paths(tmp_path):
         assert paths == {"target": str(models / "tgt" / "t.gguf"), "drafter": str(tmp_path / "elsewhere" / "d.gguf")}
         assert (models / "tgt" / "t.gguf").read_bytes() == DATA
         assert (tmp_path / "elsewhere" / "d.gguf").read_bytes() == DATA[::-1]
+    finally:
+        server.close()
+
+
+def test_a_slow_download_prints_bytes_rate_and_eta_at_each_poll(tmp_path):
+    """The fetch runs async: one line a poll on the controller, from the progress log; a re-run with the
+    file in place starts no job at all."""
+    root = tmp_path / "www"
+    root.mkdir()
+    data = DATA * 40                                   # 655 KiB at ~200 KB/s: about 3 s, 1 s polls
+    (root / "t.gguf").write_bytes(data)
+    server, port = range_http_server.serve(str(root))
+    try:
+        manifest = [entry(file="t.gguf", url="http://127.0.0.1:%d/_fault/rate-200000/t.gguf" % port,
+                          size=len(data), sha256=hashlib.sha256(data).hexdigest())]
+        rc, out, models = play(tmp_path, manifest, gguf_fetch_poll_delay=1, gguf_fetch_progress_interval=0.2)
+        assert rc == 0, out[-3000:]
+        lines = re.findall(r"\[localhost\] t\.gguf: (\S+ \S+) of (\S+ \S+) \(([\d.]+)%\), (\S+ \S+/s), ETA (\S+) "
+                           r"\(poll (\d+), (\S+)\)", out)
+        assert len(lines) >= 2, out[-3000:]
+        assert [int(poll) for *_, poll, _ in lines] == list(range(1, len(lines) + 1))
+        assert float(lines[0][2]) < 100.0 and lines[-1][2] == "100.0" and lines[-1][-1] == "finished"
+        assert (models / "m" / "t.gguf").read_bytes() == data
+        rc, out, _ = play(tmp_path, manifest, gguf_fetch_poll_delay=1)
+        assert rc == 0 and re.search(r"verified,\s+by\s+stamp", out), out[-3000:]
+        assert "Fetch | " not in out and "(poll 1" not in out
     finally:
         server.close()
