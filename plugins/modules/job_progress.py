@@ -25,6 +25,9 @@ description:
   - With O(delay) and O(results_file), the action polls by itself until the job has finished, and prints
     each poll's line on the controller as it comes (C([host] built 112 of 234 objects (48%) (poll 4, 120s))),
     one task for the whole wait, however long.
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
 options:
   log:
     description: The job's log on the host. A log that does not exist yet is no progress yet, not an error.
@@ -63,6 +66,8 @@ attributes:
   diff_mode:
     description: Nothing is changed, so there is nothing to diff.
     support: none
+  platform:
+    platforms: posix
 author:
   - dankfleet engineers (@dankfleet)
 """

@@ -19,7 +19,7 @@ import yaml
 
 from ansible.module_utils import basic
 from ansible_collections.dankfleet.llm.plugins.modules import (
-    bench_report, chat_completion, endpoint_verify, gguf_fetch, gguf_info, gpu_info, host_state_info,
+    bench_report, chat_completion, endpoint_verify, gguf_fetch, gguf_info, gpu_info, host_state_info, job_progress,
     llama_bench_sweep, llama_cpp_release, llama_server_gate, plan_actual, spec_bench, trash_files,
     turn_latency_bench)
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
@@ -191,6 +191,21 @@ def c_host_state_info(tmp_path, capsys):
                      users=[user, "no-such-user-dankfleet"], groups=[group, "no-such-group-dankfleet"],
                      commands=["sh", "no-such-command-dankfleet"])
     yield run_module(capsys, host_state_info.main, check_mode=True)
+
+
+def c_job_progress(tmp_path, capsys):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import ProgressLog
+    build = tmp_path / "build.log"
+    build.write_text("$ cmake --build /b -j 2\n[3/7] Building CXX object o3.o\n")
+    results = tmp_path / "results"
+    results.write_text(json.dumps({"started": 1, "finished": 1, "changed": True}))
+    yield run_module(capsys, job_progress.main, log=str(build), format="build", results_file=str(results))
+    yield run_module(capsys, job_progress.main, check_mode=True, log=str(tmp_path / "absent.log"), format="build")
+    fetch = ProgressLog(str(tmp_path / "fetch.log"), "m.gguf", 0)
+    fetch.line("start http://m/m.gguf -> /m/m.gguf (1000 bytes, sha256 x)")
+    fetch.progress(500, 1000, 100.0)
+    fetch.close()
+    yield run_module(capsys, job_progress.main, log=str(tmp_path / "fetch.log"), format="fetch", label="m.gguf")
 
 
 def c_llama_bench_sweep(tmp_path, capsys):
