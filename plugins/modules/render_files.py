@@ -16,7 +16,7 @@ description:
     (or takes O(files[].content)) on the controller, like C(ansible.builtin.template), then makes ONE module
     run on the host that compares each file (content, mode, owner, group) and then, in the order given,
     validates each file that would change on a private copy named like it (O(files[].validate)) and writes it.
-    A refused file fails the task and stops the set there: the files before it stay written (a later file's
+    A refused file fails the task and stops the set there; the files before it stay written (a later file's
     validate may need them, like a unit's C(ExecStart)), nothing after it is.
   - Each file is written atomically by the collection's file layer (C(module_utils/regular_file.py)) - a new
     C(O_EXCL) temporary beside it, fsynced, renamed over it; no link is followed in a directory another user can
@@ -25,7 +25,7 @@ description:
     already as wanted are not sent, and when that is every file there is no round trip at all (a no-change
     re-run costs nothing on the host).
   - Returns per file whether it changed, and for an env file (O(files[].compare=values)) whether its values
-    changed: a change to its comments alone is written but RV(values_changed) stays false, so a restart handler
+    changed - a change to its comments alone is written but RV(values_changed) stays false, so a restart handler
     notified through C(changed_when) on it does not run.
 author:
   - dankfleet engineers (@dankfleet)
