@@ -121,14 +121,13 @@ def compare_one(spec, want_diff=False):
                 try:
                     result['before'] = data.decode('utf-8')
                 except UnicodeDecodeError:
-                    result['before'] = None
-                    result['reasons'].append('content (the old file is not UTF-8)')
+                    result['before'] = None  # not text: its content differs from any render
     if before_st is None:
         result['reasons'].append('absent' if parent is not None else 'absent (its directory too)')
     elif not stat.S_ISREG(before_st.st_mode):
         result['reasons'].append('not a regular file')
     else:
-        if result['before'] is not None and result['before'] != content:
+        if result['before'] != content:
             result['reasons'].append('content')
         if mode is not None and stat.S_IMODE(before_st.st_mode) != mode:
             result['reasons'].append('mode')
@@ -139,12 +138,15 @@ def compare_one(spec, want_diff=False):
     result['changed'] = bool(result['reasons'])
     if not result['changed']:
         result['values_changed'] = False
-    elif compare == 'values' and before_st is not None and 'content' not in result['reasons']:
-        result['values_changed'] = False  # mode, owner or group only: what the service reads is the same
     elif compare == 'values':
-        result['values_changed'] = values_differ(result['before'], content)
+        # mode, owner or group alone: what the service reads is the same; otherwise compare what it reads
+        # (an absent, non-regular or non-UTF-8 old file has no values: before is None, so they changed)
+        result['values_changed'] = 'content' in result['reasons'] and values_differ(result['before'], content) \
+            or not set(result['reasons']) <= set(['content', 'mode', 'owner', 'group'])
     else:
         result['values_changed'] = True
+    if mode is None and before_st is not None and stat.S_ISREG(before_st.st_mode):
+        mode = stat.S_IMODE(before_st.st_mode)  # not given: an existing file keeps its mode
     result.update(mode=mode, uid=uid, gid=gid)
     if want_diff and before_st is None:
         result['before'] = ''

@@ -121,6 +121,7 @@ def test_a_link_in_place_of_the_file_is_replaced_never_written_through(tmp_path)
     os.symlink(str(target), str(shared / 'a.env'))
     result = converge([spec(shared / 'a.env', ENV, compare='values')], run=run)
     assert result['files'][str(shared / 'a.env')]['reasons'] == ['not a regular file']
+    assert result['values_changed']  # a link has no values: what the service reads changed
     assert target.read_text() == 'precious\n'
     assert not os.path.islink(str(shared / 'a.env')) and (shared / 'a.env').read_text() == ENV
 
@@ -150,3 +151,12 @@ def test_values_are_what_the_env_reader_reads():
     assert values_differ(None, ENV)                     # a new file
     assert values_differ('garbage line\n', ENV)         # an old file the reader refuses
     assert not values_differ(ENV, '\n' + ENV + '# trailing comment\n')
+
+
+def test_an_old_env_file_that_is_not_text_has_no_values_and_a_mode_left_out_is_kept(tmp_path):
+    path = tmp_path / 'a.env'
+    path.write_bytes(b'CTX_SIZE=\xff\n')
+    os.chmod(str(path), 0o600)
+    result = converge([{'dest': str(path), 'content': ENV, 'compare': 'values'}], run=run)
+    assert result['files'][str(path)]['reasons'] == ['content'] and result['values_changed']
+    assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o600 and path.read_text() == ENV
