@@ -76,29 +76,31 @@ def rendered(tmp_path_factory):
     return {"rules": rules, "dashboard": dashboard}
 
 
-WRITES = ("Create the directories", "Template the Prometheus rule file (promtool-validated)",
-          "Template the Grafana dashboard")
+DIRS = "Create the directories"
+FILES = "Template the Prometheus rule file (promtool-validated) and the Grafana dashboard"
 
 
 def test_a_rerun_reads_once_and_writes_nothing_an_edit_is_put_back(tmp_path):
-    """The role's re-run cost: its one probe runs, every write is skipped (no host round trip), since the
-    probe finds each directory and file as the role leaves it (the template rendered by the lookup equals
-    the file the template task wrote). An edited file is not current: its task runs and puts it back."""
+    """The role's re-run cost: its one probe runs, the directories are skipped and render_files sends nothing
+    (no host round trip), since the probe finds each directory and file as the role leaves it (the action renders
+    what it wrote). An edited file is not current: it alone is sent, and put back."""
     first = render(tmp_path)
-    assert [first[name].get("changed") for name in WRITES] == [True, True, True]
+    assert first[DIRS]["changed"] and first[FILES]["changed"] and first[FILES]["round_trips"] == 1
     again = render(tmp_path)
     probe = again["Read promtool, the directories and the rendered files (one read-only probe)"]
     assert probe["commands"]["/usr/bin/promtool"] == "/usr/bin/promtool" and not probe["changed"]
-    assert {name: again[name].get("skipped") for name in WRITES} == dict.fromkeys(WRITES, True)
+    assert again[DIRS].get("skipped") is True
+    assert again[FILES]["round_trips"] == 0 and not again[FILES]["changed"]
     rules = tmp_path / "rules" / "frank-medium.rules.yml"
+    dashboard = str(tmp_path / "dashboards" / "frank-medium.json")
     written = rules.read_text()
     rules.write_text(written.replace("LlmSpecDecodeOff", "LlmSpecDecodeOffEdited"))
     checked = render(tmp_path, "--check")
-    assert checked["Template the Prometheus rule file (promtool-validated)"]["changed"] is True
+    assert checked[FILES]["changed"] is True and checked[FILES]["files"][str(rules)]["reasons"] == ["content"]
     assert "LlmSpecDecodeOffEdited" in rules.read_text()
     put_back = render(tmp_path)
-    assert put_back["Template the Prometheus rule file (promtool-validated)"]["changed"] is True
-    assert put_back["Template the Grafana dashboard"].get("skipped") is True
+    assert put_back[FILES]["files"][str(rules)]["changed"] is True
+    assert put_back[FILES]["files"][dashboard]["changed"] is False
     assert rules.read_text() == written
 
 

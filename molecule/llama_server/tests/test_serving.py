@@ -39,6 +39,7 @@ out["show"] = dict(l.split("=", 1) for l in show["out"].splitlines())
 st = os.stat("%(env)s")
 out["env_stat"] = [st.st_uid, st.st_gid, oct(st.st_mode & 0o777), run("id -g llama")["out"].strip()]
 out["env"] = open("%(env)s").read()
+out["plan"] = open("/etc/llama-server/llama-server.plan.txt").read()
 out["sha"] = {}
 for live, name in (("%(env)s", "env"), ("%(launcher)s", "launcher"), ("/etc/systemd/system/%(unit)s", "unit")):
     out["sha"][name] = [run("sha256sum " + live)["out"].split()[0],
@@ -97,7 +98,8 @@ def test_the_env_file_is_root_owned_0640_and_carries_shape_b(probe):
     assert "\nDRAFT_MODEL_PATH=%s/draft-small.gguf\n" % MODELS in text
     assert "\nCHAT_TEMPLATE_FILE=\n" in text  # the failed shape's template is gone again
     assert "LLAMA_API_KEY" not in text  # shape (b) has no key; shape (a) had one
-    assert "No plan was given" in text  # (b) was deployed without a plan; (a) with one
+    assert "No plan was given" in probe["plan"]  # the narrative lives beside the env file
+    assert "No plan was given" not in text and "per device (GiB)" not in text
     assert "\nLLAMA_RELEASE=/opt/llama.cpp/releases/b11434-cpu-test\n" in text
 
 

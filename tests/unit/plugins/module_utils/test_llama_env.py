@@ -64,8 +64,8 @@ def test_the_role_installs_this_file_beside_the_checker():
     module_utils/llama_env.py there, under that name, beside the checker."""
     tasks = yaml.safe_load(open(os.path.join(REPO, 'roles', 'llama_server', 'tasks', 'install.yml')))
     role_vars = yaml.safe_load(open(os.path.join(REPO, 'roles', 'llama_server', 'vars', 'main.yml')))
-    copies = dict((t['ansible.builtin.copy']['src'], t['ansible.builtin.copy']['dest'])
-                  for t in tasks if 'ansible.builtin.copy' in t)
+    copies = dict((f['src'], f['dest']) for t in tasks if 'dankfleet.llm.render_files' in t
+                  for f in t['dankfleet.llm.render_files']['files'] if f.get('template') is False)
     src = '{{ role_path }}/../../plugins/module_utils/llama_env.py'
     assert copies[src] == '{{ _llama_server_env_parser }}'
     assert copies['llama_env_check.py'] == '{{ _llama_server_env_checker }}'

@@ -20,7 +20,7 @@ import yaml
 from ansible.module_utils import basic
 from ansible_collections.dankfleet.llm.plugins.modules import (
     bench_report, chat_completion, endpoint_verify, gguf_fetch, gguf_info, gpu_info, host_state_info, job_progress,
-    llama_bench_sweep, llama_cpp_release, llama_server_gate, plan_actual, spec_bench, trash_files,
+    llama_bench_sweep, llama_cpp_release, llama_server_gate, plan_actual, render_files, spec_bench, trash_files,
     turn_latency_bench)
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 import range_http_server
@@ -38,7 +38,7 @@ PATH_INFO = {"uid", "gid", "owner", "group", "mode", "state", "size", "secontext
 # Documented dicts keyed by a name the caller chose (a path, a user, a unit): ``contains`` describes each value.
 KEYED = {("host_state_info", "paths"), ("host_state_info", "users"), ("host_state_info", "groups"),
          ("host_state_info", "units"), ("host_state_info", "ports"), ("host_state_info", "commands"),
-         ("gpu_info", "gguf_files"), ("gguf_info", "files")}
+         ("gpu_info", "gguf_files"), ("gguf_info", "files"), ("render_files", "files")}
 
 
 def returns(name):
@@ -280,6 +280,16 @@ def c_plan_actual(tmp_path, capsys):
     yield run_module(capsys, plan_actual.main, check_mode=True, **args)
     yield run_module(capsys, plan_actual.main, **args)
     yield run_module(capsys, plan_actual.main, **dict(args, plan={}, record=False))
+
+
+def c_render_files(tmp_path, capsys):
+    env = str(tmp_path / "x.env")
+    files = [dict(dest=env, content="# why\nCTX_SIZE=4096\n", mode="0640", compare="values"),
+             dict(dest=str(tmp_path / "x.service"), content="[Unit]\n", mode="0644")]
+    yield run_module(capsys, render_files.main, check_mode=True, files=files)
+    yield run_module(capsys, render_files.main, files=files)
+    files[0]["content"] = "# reworded\nCTX_SIZE=4096\n"
+    yield run_module(capsys, render_files.main, files=files, _ansible_diff=True)
 
 
 def c_spec_bench(tmp_path, capsys):

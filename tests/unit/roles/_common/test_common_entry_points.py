@@ -102,3 +102,15 @@ def test_running_states_agree_with_runtime_retire():
     common = _load(os.path.join(COMMON, 'vars', 'main.yml'))['_common_units_running_states']
     retire = _load(os.path.join(REPO, 'roles', 'runtime_retire', 'vars', 'main.yml'))['_runtime_retire_running_states']
     assert common == retire
+
+
+@pytest.mark.parametrize('entry', sorted(SPECS))
+def test_every_entry_point_checks_its_own_arguments_first(entry):
+    """The callers import with rolespec_validate false (Ansible's check is tagged always), so each entry point's
+    first task checks its arguments against its own spec, under the tags the import gives it."""
+    tasks = _load(os.path.join(COMMON, 'tasks', entry + '.yml'))
+    check = tasks[0]['ansible.builtin.validate_argument_spec']
+    assert check['argument_spec'] == "{{ _common_argument_specs['%s'].options }}" % entry
+    assert 'tags' not in tasks[0] and 'when' not in tasks[0]
+    variables = _load(os.path.join(COMMON, 'vars', 'main.yml'))
+    assert "role_path ~ '/meta/argument_specs.yml'" in variables['_common_argument_specs']

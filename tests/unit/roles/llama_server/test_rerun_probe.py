@@ -1,8 +1,7 @@
 # -*- coding: utf-8 -*-
 """The preflight's one dankfleet.llm.host_state_info call reads every path a writing task of the role targets, and
-every writing task is skipped only through dankfleet.llm.host_state_current on what that call read: a new file,
-directory or release path the probe does not read would cost a round trip on every re-run (or, worse, be
-skipped on a stale reading)."""
+every file the role writes goes through dankfleet.llm.render_files given what that call read (``known``): a new
+file, directory or release path the probe does not read would cost a round trip on every re-run."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
@@ -43,10 +42,10 @@ def test_the_probe_reads_every_path_the_role_writes_or_checks(overrides):
     written = [t(d['path']) for d in t('{{ _llama_server_directories }}')]
     for name in TASKS:
         for task in _tasks(name):
-            for module in ('ansible.builtin.template', 'ansible.builtin.copy'):
-                if module in task:
-                    written.append(t(task[module]['dest']))
-    assert len(written) == 5 + 2 + 3 + 3  # directories, checker + parser, env/launcher/unit, the watch's three
+            for spec in task.get('dankfleet.llm.render_files', {}).get('files', []):
+                written.append(t(spec['dest']))
+    # directories, checker + parser, env/launcher/unit, the plan's narrative, the watch's three
+    assert len(written) == 5 + 2 + 3 + 1 + 3
     inputs = [i['path'] for i in t('{{ _llama_server_inputs }}') if i['path']]
     marks = [t('{{ _llama_server_gate_pending }}'), t('{{ _llama_server_rollback_dir }}/env'), t('{{ llama_server_release_link }}')]
     assert sorted(set(written + inputs + marks)) == sorted(probed)
@@ -61,17 +60,29 @@ def test_an_empty_or_relative_input_is_not_read_but_counts_as_missing():
     assert [i['what'] for i in t('{{ _llama_server_inputs }}')] == ['llama-server binary', 'model', 'chat template']
 
 
-def test_every_writing_task_is_skipped_only_by_what_the_probe_read():
+def test_every_file_is_written_by_render_files_given_what_the_probe_read():
     for name in ('install.yml', 'config.yml', 'watch.yml'):
         for task in _tasks(name):
-            if 'ansible.builtin.template' in task or 'ansible.builtin.copy' in task:
-                dest = (task.get('ansible.builtin.template') or task['ansible.builtin.copy'])['dest']
-                when = task['when']
-                assert 'dankfleet.llm.host_state_current(' in when, task['name']
-                # the very path the task writes, with the task's own mode
-                assert '_llama_server_paths_now[%s]' % dest.strip('{} ') in when, task['name']
-                mode = (task.get('ansible.builtin.template') or task['ansible.builtin.copy'])['mode']
-                assert "mode='%s'" % mode in when, task['name']
+            assert 'ansible.builtin.template' not in task and 'ansible.builtin.copy' not in task, task['name']
+            if 'dankfleet.llm.render_files' in task:
+                args = task['dankfleet.llm.render_files']
+                assert args['known'] == '{{ _llama_server_paths_now }}', task['name']
+                assert 'when' not in task, task['name']  # no per-file probe left
+                for spec in args['files']:
+                    assert set(spec) >= {'dest', 'owner', 'group', 'mode'}, spec
+
+
+def test_only_the_env_file_compares_values_and_the_narrative_notifies_nothing():
+    (files,) = [t for t in _tasks('config.yml') if t.get('register') == '__llama_server_files']
+    specs = files['dankfleet.llm.render_files']['files']
+    assert [s['src'] for s in specs if s.get('compare') == 'values'] == ['llama-server.env.j2']
+    assert files['notify'] == 'llama_server restart' and files['changed_when'] == '__llama_server_files.values_changed'
+    (plan,) = [t for t in _tasks('config.yml') if t.get('register') == '__llama_server_plan_file']
+    assert 'notify' not in plan and 'changed_when' not in plan
+    assert [s['src'] for s in plan['dankfleet.llm.render_files']['files']] == ['llama-server.plan.txt.j2']
+
+
+def test_the_directories_are_skipped_by_what_the_probe_read():
     common = load_yaml(role_file('_common', 'tasks', 'install.yml'))
     (directories,) = [t for t in common if t.get('name') == 'Create the directories']
     assert any('_common_state[item.path]' in w and "state='directory'" in w for w in directories['when'])
