@@ -401,9 +401,10 @@ def serve_problems(v, payload=None):
     if isinstance(env, dict):
         bare = sorted(set(env) & set(rules.HIP_BARE_ENV))
         if bare:
-            p.append(Problem("llama_server_extra_env", "llama_server_extra_env sets %s, which HIP reads bare from the "
-                             "environment (2026-08-13 incident): set llama_server_bind_address, llama_server_port or "
-                             "llama_server_temperature instead" % ", ".join(bare)))
+            p.append(Problem("llama_server_extra_env", "llama_server_extra_env sets %s: HIP reads %s bare from the "
+                             "environment (2026-08-13 incident) - llama.cpp takes --host/--port/--temp as flags, so "
+                             "set llama_server_bind_address, llama_server_port and llama_server_temperature instead"
+                             % (", ".join(bare), ", ".join(rules.HIP_BARE_ENV[:-1]) + " and " + rules.HIP_BARE_ENV[-1])))
         odd = sorted(str(k) for k in env if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)))
         if odd:
             p.append(Problem("llama_server_extra_env", "llama_server_extra_env has %s: an environment name is "
