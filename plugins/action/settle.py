@@ -34,6 +34,10 @@ NEEDED = tuple('llama_server_' + key for key, _ in settle_utils.PLAN_SERVE) + (
 _SET_NAME = re.compile(r'^\s*-?\s*(?:register:\s*(%s)\b|(%s):)' % ((r'(?:%s)[a-z0-9_]+' % '|'.join(
     settle_utils.PREFIXES),) * 2), re.M)
 _CACHE = {}
+# the play's own names, never an inventory's
+_MAGIC = frozenset(('vars', 'hostvars', 'groups', 'group_names', 'play_hosts', 'omit', 'playbook_dir', 'role_names',
+                    'inventory_hostname', 'inventory_hostname_short', 'inventory_dir', 'inventory_file', 'environment',
+                    'role_path', 'role_name', 'ansible_facts'))
 
 
 def _trusted(value):
@@ -87,8 +91,13 @@ class ActionModule(ActionBase):
                     and n.startswith(settle_utils.PLACEHOLDER_PREFIXES)
                     and (n not in defaults or task_vars[n] != defaults[n]))
         given.discard('dankfleet_settled')
+        # placeholders live where the inventory writes them, under any name (frank_medium_files): every plain
+        # variable whose raw value holds one is read too, so the checklist names the variable the operator edits
+        written = set(n for n in task_vars if isinstance(n, str) and not n.startswith(('_', 'ansible_'))
+                      and n not in _MAGIC and n not in given and n not in defaults and isinstance(task_vars[n], (str, list, dict))
+                      and 'FILL' in to_text(task_vars[n]))
         values, unreadable = {}, []
-        for name in sorted(given | set(NEEDED)):
+        for name in sorted(given | written | set(NEEDED)):
             if name in task_vars:
                 raw = task_vars[name]
             elif name in defaults:
@@ -99,7 +108,7 @@ class ActionModule(ActionBase):
                 values[name] = self._templar.template(raw)
             except AnsibleError as exc:
                 unreadable.append(settle_utils.Problem(name, '%s cannot be read: %s' % (name, to_text(exc.message))))
-        out = settle_utils.settle(values, options, given, host=host,
+        out = settle_utils.settle(values, options, given, host=host, scanned=written,
                                   extra_known=published, placeholders_refused=args['placeholders'] == 'refuse',
                                   derived=set(n for n in values if n in task_vars and isinstance(task_vars[n], str)
                                               and '{{' in task_vars[n]))

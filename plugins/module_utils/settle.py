@@ -238,12 +238,16 @@ def check_type(name, value, spec):
 
 def placeholders(values, derived=()):
     """Every FILL- placeholder in {variable: value}, one entry each: {variable, where, value}; a manifest entry's
-    size 0 too (the Hub's size is not filled in). Sorted by variable, then where. A variable in derived (its
-    inventory value is a template of another) is left out where a variable written out holds the same
-    placeholder at the same place: the operator edits that one."""
+    size 0 too (the Hub's size is not filled in). Sorted by variable, then where. A placeholder of a variable
+    in derived (its inventory value is a template of another) is left out where a variable written out holds
+    the same one: the operator edits that one."""
     found = []
 
     def walk(variable, where, value):
+        if isinstance(value, dict) and value.get("size") in (0, "0") and "sha256" in value and "url" in value:
+            # a payload entry (gguf_fetch_manifest's shape) whose Hub size is not filled in yet
+            found.append({"variable": variable, "where": "%s.size" % where if where else "size",
+                          "value": "0 (the file's size on the Hub)"})
         if isinstance(value, dict):
             for key in sorted(value, key=str):
                 walk(variable, "%s.%s" % (where, key) if where else str(key), value[key])
@@ -257,16 +261,11 @@ def placeholders(values, derived=()):
 
     for variable in sorted(values):
         walk(variable, "", values[variable])
-        if variable == "gguf_fetch_manifest" and isinstance(values[variable], list):
-            for item in values[variable]:
-                if isinstance(item, dict) and item.get("size") in (0, "0"):
-                    found.append({"variable": variable, "where": "[%s].size" % (item.get("role") or item.get("file")),
-                                  "value": "0 (the file's size on the Hub)"})
-    written = set((i["where"], i["value"]) for i in found if i["variable"] not in derived)
+    written = set(i["value"] for i in found if i["variable"] not in derived)
     unique, seen = [], set()
     for item in found:
         key = (item["variable"], item["where"], item["value"])
-        if key in seen or (item["variable"] in derived and (item["where"], item["value"]) in written):
+        if key in seen or (item["variable"] in derived and item["value"] in written):
             continue
         seen.add(key)
         unique.append(item)
@@ -277,14 +276,18 @@ def checklist_lines(items):
     """One line per variable (per entry of a list of entries): what in it is still to fill."""
     groups, order = {}, []
     for i in items:
-        entry = i["where"].split("]", 1)[0] + "]" if i["where"].startswith("[") else ""
+        if i["where"].startswith("["):
+            entry = i["where"].split("]", 1)[0] + "]"
+        else:
+            entry = i["where"].split(".", 1)[0] if "." in i["where"] else ""
         field = i["where"][len(entry):].lstrip(".")
         key = (i["variable"], entry)
         if key not in groups:
             groups[key] = []
             order.append(key)
         groups[key].append("%s %s" % (field, i["value"]) if field else i["value"])
-    return ["%s%s: %s" % (var, (" " + entry) if entry else "", ", ".join(groups[(var, entry)]))
+    return ["%s%s: %s" % (var, (" " + entry if entry.startswith("[") else "." + entry) if entry else "",
+                          ", ".join(groups[(var, entry)]))
             for var, entry in order]
 
 
@@ -437,13 +440,15 @@ def serve_problems(v, payload=None):
 
 # --- the step -------------------------------------------------------------------------------------------------
 
-def settle(values, options, given, host="this host", extra_known=(), placeholders_refused=True, derived=()):
+def settle(values, options, given, host="this host", extra_known=(), placeholders_refused=True, derived=(),
+           scanned=()):
     """Check every input at once and derive the serve role's inputs.
 
     values: {name: templated value} of every variable the step reads (the inventory's and the roles' defaults);
     options: spec_options() of the roles; given: the names the host's variables set (inventory, -e, play vars:
     those are type-checked, and any governed one no role knows is refused); extra_known: names the roles
-    publish; derived: names whose inventory value is a template of another variable. Returns {problems: [Problem], checklist: [placeholder], ...the serve role's inputs}."""
+    publish; derived: names whose inventory value is a template of another variable; scanned: other names
+    (no governed prefix) read for their placeholders only. Returns {problems: [Problem], checklist: [placeholder], ...the serve role's inputs}."""
     problems = []
     known = known_names(options, extra_known)
     problems.extend(unknown_names(given, known))
@@ -474,7 +479,8 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
     problems.extend(serve_problems(settled, paths))
 
     checklist = placeholders(dict((n, v) for n, v in values.items()
-                                  if isinstance(n, str) and not n.startswith("_") and n.startswith(PLACEHOLDER_PREFIXES)),
+                                  if isinstance(n, str) and not n.startswith("_")
+                                  and (n.startswith(PLACEHOLDER_PREFIXES) or n in scanned)),
                              derived)
     if placeholders_refused and checklist:
         problems.append(Problem(", ".join(sorted(set(i["variable"] for i in checklist))),

@@ -63,7 +63,7 @@ attributes:
 EXAMPLES = r'''
 - name: Settle the inventory - every problem at once, before anything else
   dankfleet.llm.settle:
-    placeholders: "{{ 'list' if ansible_run_tags == ['plan'] else 'refuse' }}"
+    placeholders: "{{ 'list' if ansible_run_tags | list == ['plan'] else 'refuse' }}"
   register: dankfleet_settled
 '''
 

@@ -59,7 +59,7 @@ def test_every_problem_is_reported_at_once_naming_the_variable():
     assert "llama_server_parallel is 'two', not a whole number" in text
     assert "llama_server_tensor_split is the string '32,33', not a list" in text and '[32, 33]' in text
     assert "llama_server_vision is 'maybe', not a boolean" in text
-    assert 'gguf_fetch_manifest [target]: sha256 FILL-oid' in text
+    assert 'gguf_fetch_manifest [target]: sha256 FILL-oid' in text, text
     assert len(out['problems']) == 5
     # never an internal name
     for internal in ('serve.parallel', 'llm_plan_floor_bytes', 'option token', 'llm_plan_serve'):
@@ -105,7 +105,7 @@ def test_the_serve_preflights_cross_checks():
     by = dict((p.variable, p.message) for p in out['problems'])
     assert 'multiple of 3 (8190 or 8193)' in by['llama_server_ctx_size']
     assert 'set llama_server_ctx_size' in by['llama_server_extra_args']
-    assert 'HIP reads bare' in by['llama_server_extra_env']
+    assert 'HIP reads TEMP, HOST and GPU_MAX_HEAP_SIZE bare' in by['llama_server_extra_env']
     assert 'one share per device' in by['llama_server_tensor_split']
     assert 'larger than llama_server_batch_size' in by['llama_server_ubatch_size']
     assert 'ONE draft context' in by['llama_server_spec_type']
@@ -139,7 +139,7 @@ def test_placeholders_of_every_kind_in_one_list_and_listed_without_refusing():
     out = run(values, placeholders_refused=False)
     assert messages(out) == []
     assert s.checklist_lines(out['checklist']) == [
-        'gguf_fetch_manifest [target]: sha256 FILL-oid, size 0 (the file\'s size on the Hub)',
+        'gguf_fetch_manifest [target]: size 0 (the file\'s size on the Hub), sha256 FILL-oid',
         'llama_cpp_build_toolchain_sha256: FILL-sha',
         'runtime_retire_runtimes [r]: quadlets[0].path FILL-q.container']
     refused = run(values)
@@ -163,3 +163,11 @@ def test_every_documented_dankfleet_name_is_used_by_the_collection():
                 text += handle.read()
     for name in s.DANKFLEET_NAMES:
         assert name in text, name
+
+
+def test_a_placeholder_is_listed_under_the_variable_written_out_whatever_its_name():
+    files = {'big': {'file': 'm.gguf', 'url': 'http://x', 'size': 0, 'sha256': 'FILL-oid'}}
+    manifest = [dict(files['big'], role='target', name='m')]
+    out = run({'gguf_fetch_manifest': manifest, 'model_files': files}, placeholders_refused=False,
+              derived={'gguf_fetch_manifest'}, scanned={'model_files'})
+    assert s.checklist_lines(out['checklist']) == ["model_files.big: size 0 (the file's size on the Hub), sha256 FILL-oid"]
