@@ -29,7 +29,8 @@ NEEDED = tuple('llama_server_' + key for key, _ in settle_utils.PLAN_SERVE) + (
     'llama_server_devices', 'llama_server_port', 'llama_server_service_name', 'llama_server_alias',
     'llama_server_extra_args', 'llama_server_extra_env', 'llama_server_gate_enabled', 'llama_server_metrics',
     'llama_server_model_path', 'llama_server_drafter_path', 'llama_server_mmproj_path',
-    'gguf_fetch_manifest', 'gguf_fetch_models_dir', 'llama_cpp_build_prefix', 'runtime_retire_runtimes')
+    'gguf_fetch_manifest', 'gguf_fetch_models_dir', 'llama_cpp_build_prefix', 'runtime_retire_runtimes',
+    'llama_cpp_build_backend', 'llama_cpp_build_source_type')
 # a name a task file of the collection sets (register:, set_fact, a task's vars:) is the collection's own
 _SET_NAME = re.compile(r'^\s*-?\s*(?:register:\s*(%s)\b|(%s):)' % ((r'(?:%s)[a-z0-9_]+' % '|'.join(
     settle_utils.PREFIXES),) * 2), re.M)

@@ -33,6 +33,13 @@ PREFIXES = ("llama_server_", "llm_plan_", "gguf_fetch_", "runtime_retire_", "dan
 # Placeholders are looked for in these too (the build's toolchain oid, the shapes an inventory selects from).
 PLACEHOLDER_PREFIXES = PREFIXES + ("llama_cpp_build_", "llama_rpc_worker_", "llm_observability_", "llm_bench_")
 PLACEHOLDER = re.compile(r"FILL[A-Za-z0-9_./-]*")
+# Settings a host does not use, so a placeholder in them is nothing to fill: (prefix, the variable that
+# decides, the values under which it is used).
+INERT_UNLESS = (
+    ("llama_cpp_build_toolchain_", "llama_cpp_build_backend", ("hip",)),
+    ("llama_cpp_build_archive_", "llama_cpp_build_source_type", ("archive",)),
+    ("llama_cpp_build_git_", "llama_cpp_build_source_type", ("git",)),
+)
 
 # The dankfleet_* names an inventory may set (documented in README.md, docs/ARCHITECTURE.md and the
 # inventories), and the results the collection publishes under that prefix.
@@ -291,6 +298,14 @@ def checklist_lines(items):
             for var, entry in order]
 
 
+def inert(name, values):
+    """name is a setting this host does not use (INERT_UNLESS), judged where the deciding variable is known."""
+    for prefix, decider, used in INERT_UNLESS:
+        if name.startswith(prefix) and decider in values and values[decider] not in used:
+            return True
+    return False
+
+
 # --- the serve role's inputs ----------------------------------------------------------------------------------
 
 def payload_paths(manifest, models_dir, fallback=None):
@@ -479,7 +494,7 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
     problems.extend(serve_problems(settled, paths))
 
     checklist = placeholders(dict((n, v) for n, v in values.items()
-                                  if isinstance(n, str) and not n.startswith("_")
+                                  if isinstance(n, str) and not n.startswith("_") and not inert(n, settled)
                                   and (n.startswith(PLACEHOLDER_PREFIXES) or n in scanned)),
                              derived)
     if placeholders_refused and checklist:

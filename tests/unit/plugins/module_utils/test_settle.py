@@ -171,3 +171,9 @@ def test_a_placeholder_is_listed_under_the_variable_written_out_whatever_its_nam
     out = run({'gguf_fetch_manifest': manifest, 'model_files': files}, placeholders_refused=False,
               derived={'gguf_fetch_manifest'}, scanned={'model_files'})
     assert s.checklist_lines(out['checklist']) == ["model_files.big: size 0 (the file's size on the Hub), sha256 FILL-oid"]
+
+
+@pytest.mark.parametrize('backend,listed', [('hip', True), ('cpu', False)])
+def test_a_placeholder_in_a_setting_the_host_does_not_use_is_nothing_to_fill(backend, listed):
+    out = run({'llama_cpp_build_backend': backend, 'llama_cpp_build_toolchain_sha256': 'FILL-sha'})
+    assert bool(out['checklist']) is listed and bool(out['problems']) is listed
