@@ -236,8 +236,8 @@ def check_type(name, value, spec):
         items = out if isinstance(out, list) else [out]
         bad = [v for v in items if v not in choices]
         if bad:
-            raise Invalid("%s has %s, which is not one of %s" % (name, ", ".join(repr(b) for b in bad),
-                                                                  ", ".join(str(c) for c in choices)))
+            raise Invalid("%s has %s, which is not one of %s"
+                          % (name, ", ".join(repr(b) for b in bad), ", ".join(str(c) for c in choices)))
     return out
 
 
@@ -505,8 +505,8 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
     for key, kind in PLAN_SERVE:
         name = "llama_server_" + key
         value = settled.get(name)
-        serve[key] = value if value is not None or kind == "raw" else {"list": [], "str": "", "int": 0,
-                                                                        "bool": False}[kind]
+        empty = {"list": [], "str": "", "int": 0, "bool": False}
+        serve[key] = value if value is not None or kind == "raw" else empty[kind]
     if isinstance(serve["tensor_split"], list):
         serve["tensor_split"] = [s for s in serve["tensor_split"]]
     return {

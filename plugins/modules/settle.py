@@ -12,7 +12,7 @@ module: settle
 short_description: Check every inventory value of an endpoint host at once and return the serve role's inputs
 version_added: 0.1.0
 description:
-  - The first step of every play that plans or serves (deploy, rollback, the benchmarks, C(playbooks/plan.yml)):
+  - The first step of every play that plans or serves (deploy, rollback, the benchmarks, C(playbooks/plan.yml)) -
     the host's variables are read once, on the controller (an action, no connection), and every problem is
     reported in ONE failure, each naming the variable the operator edits and the fix. Nothing on the host is read
     or changed.
@@ -21,7 +21,7 @@ description:
   - Names under C(llama_server_), C(llm_plan_), C(gguf_fetch_), C(runtime_retire_) and C(dankfleet_) that no role
     takes (options of the roles' argument specs, the documented C(dankfleet_*) names, the results the roles publish)
     are refused with the closest known name. Private names (C(_x), C(__x)) never count.
-  - Every C(FILL-) placeholder (and a manifest C(size: 0)) of every variable, in one list (C(checklist)).
+  - Every C(FILL-) placeholder (and a manifest size of 0) of every variable, in one list (C(checklist)).
   - The serve preflight's cross-checks (slots against the context, batches, the split against the devices, extra
     arguments or environment that shadow a planned flag, HIP's bare environment names, the speculative chain,
     vision without a projector, a host with no target model), so a plan that fits is a shape the serve preflight

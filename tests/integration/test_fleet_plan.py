@@ -243,8 +243,9 @@ def assert_planned_offline(run):
 
 
 def test_plan_playbook_plans_every_host_offline_in_one_run(tmp_path):
-    assert production_placeholders() >= {"FILL-the-Hub-LFS-oid", "FILL-sha256-of-the-toolchain-tarball",
-                                          "FILL-radiance-tp2-quadlet.container", "FILL-mmproj-f16.gguf"}
+    expected = {"FILL-the-Hub-LFS-oid", "FILL-sha256-of-the-toolchain-tarball", "FILL-radiance-tp2-quadlet.container",
+                "FILL-mmproj-f16.gguf"}
+    assert production_placeholders() >= expected
     assert_planned_offline(ansible_playbook("-i", str(unreachable(tmp_path)), "playbooks/plan.yml"))
 
 
