@@ -98,15 +98,20 @@ class ActionModule(ActionBase):
                       and n not in _MAGIC and n not in given and n not in defaults and isinstance(task_vars[n], (str, list, dict))
                       and 'FILL' in to_text(task_vars[n]))
         values, unreadable = {}, []
+        # the roles' defaults under the host's variables, as a play that imports every role sees them (a role
+        # default may name another role default the play has not imported)
+        missing = dict((n, _trusted(v)) for n, v in defaults.items() if n not in task_vars)
+        templar = self._templar.copy_with_new_env(available_variables=dict(missing, **task_vars)) if missing \
+            else self._templar
         for name in sorted(given | written | set(NEEDED)):
             if name in task_vars:
                 raw = task_vars[name]
-            elif name in defaults:
-                raw = _trusted(defaults[name])
+            elif name in missing:
+                raw = missing[name]
             else:
                 continue
             try:
-                values[name] = self._templar.template(raw)
+                values[name] = templar.template(raw)
             except AnsibleError as exc:
                 unreadable.append(settle_utils.Problem(name, '%s cannot be read: %s' % (name, to_text(exc.message))))
         out = settle_utils.settle(values, options, given, host=host, scanned=written,
