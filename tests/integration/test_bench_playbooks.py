@@ -244,6 +244,8 @@ def test_batch_playbook_transient_units_and_separators(lab, llama_prefix, tmp_pa
             # the service's own forms; llama-bench must get RPC0/RPC1 and 1/1
             "llm_bench_batch_devices": "RPC0,RPC1", "llm_bench_batch_tensor_split": "1,1",
             "llm_bench_batch_user": "nobody",
+            # the deployed service runs f32 KV (the spec A/B's exact numerics); llama-bench's -ctk takes no f32
+            "llm_bench_batch_cache_type_k": "f16", "llm_bench_batch_cache_type_v": "f16",
         })
     assert out.returncode == 0, out.text[-4000:]
     doc, _ = _result(tmp_path, "batch")
