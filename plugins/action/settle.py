@@ -118,6 +118,12 @@ class ActionModule(ActionBase):
                                   extra_known=published, placeholders_refused=args['placeholders'] == 'refuse',
                                   derived=set(n for n in values if n in task_vars and isinstance(task_vars[n], str)
                                               and '{{' in task_vars[n]))
+        # one cause (a selector naming nothing: frank_medium_shape: nope) leaves many values unreadable: one line
+        by_cause = {}
+        for p in unreadable:
+            by_cause.setdefault(p.message.split(' cannot be read: ', 1)[1], []).append(p.variable)
+        unreadable = [settle_utils.Problem(', '.join(names), '%s cannot be read: %s' % (', '.join(names), cause))
+                      for cause, names in sorted(by_cause.items())]
         problems = unreadable + out.pop('problems')
         unknown = [p for p in problems if p.kind == 'unknown']
         if not args['strict']:

@@ -257,7 +257,7 @@ def test_a_run_that_changes_a_host_refuses_every_placeholder_at_once():
     run = ansible_playbook("deploy-frank-medium.yml", "-e", "dankfleet_offline=true", "--limit", "dankserver")
     assert run.returncode != 0
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
-    assert len(tasks) == 1 and tasks[0].startswith("Settle the inventory"), tasks
+    assert tasks[-1].startswith("Settle the inventory"), tasks
     # the retire list, the payload and the toolchain: every kind in one failure
     msg = run.stdout + run.stderr
     for placeholder in ("dankfleet_serving_now [radiance-tp2]: files[0] FILL-radiance-tp2-dir/entrypoint.sh",
@@ -279,5 +279,14 @@ def test_a_bad_variable_is_refused_before_anything_else(tmp_path, extra, words):
                            "--limit", "dankserver")
     assert run.returncode != 0
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
-    assert tasks[0].startswith("Settle the inventory") and len(tasks) == 1, tasks
+    # only the shape check ran before it, and nothing after it
+    assert tasks[-1].startswith("Settle the inventory"), tasks
+    assert all(t.startswith(("Refuse a frank-medium shape", "Say which shape")) for t in tasks[:-1]), tasks
     assert words in run.stdout, run.stdout[-3000:]
+
+
+def test_a_shape_the_inventory_does_not_declare_is_named(tmp_path):
+    run = ansible_playbook("-i", str(unreachable(tmp_path)), "playbooks/plan.yml", "-e", "frank_medium_shape=nope",
+                           "--limit", "dankserver")
+    assert run.returncode != 0 and "declares only dflash2 | mtp | dspark" in run.stdout, run.stdout[-3000:]
+    assert "TASK [Settle the inventory" not in run.stdout
