@@ -1,8 +1,7 @@
 """The bench playbooks against a systemd lab container (podman, the lab image, host network):
 
-- dankfleet.llm.bench_spec A/Bs configurations through the serve role (by default tests/lab/roles/
-  lab_serve_stub, a stand-in with llama_server's variable names; DANKFLEET_BENCH_SERVE_ROLE=
-  dankfleet.llm.llama_server drives the real one), writes TSV/JSON/PNG, and restores the deployed unit; a configuration that changes the greedy
+- dankfleet.llm.bench_spec A/Bs configurations through the real serve role (dankfleet.llm.llama_server, its
+  inputs from the settle step as the playbook settles them), writes TSV/JSON/PNG, and restores the deployed unit; a configuration that changes the greedy
   text fails the run loudly and the deployed unit is still restored - also after a configuration
   that cannot start; check mode and a misspelt variable change nothing.
 - dankfleet.llm.bench_batch runs every cell as a transient unit (User=nobody, LimitMEMLOCK) with
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.dankfleet.llm.tests.integration.bench_servers import EXACT_ARGS, PNG_MAGIC, bench_port, rpc_servers
+from ansible_collections.dankfleet.llm.tests.integration.bench_servers import PNG_MAGIC, bench_port, rpc_servers
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -33,10 +32,9 @@ IMAGE = os.environ.get("LAB_IMAGE", "localhost/dankfleet-lab:bookworm")
 CACHE_IN_CONTAINER = "/srv/dankfleet-cache"
 MODELS_IN_CONTAINER = "/srv/bench-models"
 UNIT = "llama-server.service"
-# The serve role the spec A/B drives: the stand-in by default (the harness is under test, and the
-# real role's converge + gate costs ~1 min a configuration on 2 cores); DANKFLEET_BENCH_SERVE_ROLE=
-# dankfleet.llm.llama_server runs the same tests through the real role.
-SERVE_ROLE = os.environ.get("DANKFLEET_BENCH_SERVE_ROLE", "lab_serve_stub")
+# The serve role the spec A/B drives: the real one, through the settle step, as bench_spec.yml runs it on an
+# endpoint (a converge + gate costs ~1 min a configuration on 2 cores).
+SERVE_ROLE = "dankfleet.llm.llama_server"
 SMALL_SPEC = {"llm_bench_spec_prose_words": 40, "llm_bench_spec_prose_n_predict": 24,
               "llm_bench_spec_echo_words": 40, "llm_bench_spec_echo_n_predict": 24,
               "llm_bench_spec_structured_records": 4, "llm_bench_spec_structured_n_predict": 24}
@@ -117,18 +115,18 @@ def lab(tmp_path_factory, llama_prefix, lab_models):
             "llama_server_port": port, "llama_server_ctx_size": 8192, "llama_server_parallel": 2,
             "llama_server_threads": 1, "llm_bench_spec_serve_role": SERVE_ROLE, "llm_bench_spec_health_timeout": 60,
         }
-        if SERVE_ROLE == "lab_serve_stub":
-            host.update(llama_server_extra_args=list(EXACT_ARGS), llama_server_gate_health_timeout=6)
-        else:  # the real role, as its molecule scenario runs it on the CPU build, plus the exact numerics
-            host.update(llama_server_backend="cpu", llama_server_batch_size=512, llama_server_ubatch_size=256,
-                        llama_server_ctx_checkpoints=0, llama_server_cache_ram=256, llama_server_cache_type_k="f32",
-                        llama_server_cache_type_v="f32", llama_server_flash_attn="off",
-                        llama_server_gate_health_timeout_base=60)
+        # the real role, as its molecule scenario runs it on the CPU build, plus the exact numerics
+        host.update(llama_server_backend="cpu", llama_server_batch_size=512, llama_server_ubatch_size=256,
+                    llama_server_ctx_checkpoints=0, llama_server_cache_ram=256, llama_server_cache_type_k="f32",
+                    llama_server_cache_type_v="f32", llama_server_flash_attn="off",
+                    llama_server_gate_health_timeout_base=60)
         inventory = work / "hosts.yml"
         inventory.write_text(yaml.safe_dump({"all": {"children": {"llm_endpoints": {"hosts": {name: host}}}}}))
         (work / "deploy.yml").write_text(yaml.safe_dump([{
             "name": "Deploy the stand-in endpoint", "hosts": "llm_endpoints", "gather_facts": False,
-            "tasks": [{"name": "Serve", "ansible.builtin.include_role": {"name": SERVE_ROLE}}]}]))
+            "tasks": [{"name": "Settle the inventory", "dankfleet.llm.settle": {"placeholders": "list"},
+                       "register": "dankfleet_settled"},
+                      {"name": "Serve", "ansible.builtin.include_role": {"name": SERVE_ROLE}}]}]))
         lab = Lab(name, inventory, env, port)
         out = lab.playbook(work / "deploy.yml", {})
         assert out.returncode == 0, out.text[-3000:]
@@ -246,6 +244,8 @@ def test_batch_playbook_transient_units_and_separators(lab, llama_prefix, tmp_pa
             # the service's own forms; llama-bench must get RPC0/RPC1 and 1/1
             "llm_bench_batch_devices": "RPC0,RPC1", "llm_bench_batch_tensor_split": "1,1",
             "llm_bench_batch_user": "nobody",
+            # the deployed service runs f32 KV (the spec A/B's exact numerics); llama-bench's -ctk takes no f32
+            "llm_bench_batch_cache_type_k": "f16", "llm_bench_batch_cache_type_v": "f16",
         })
     assert out.returncode == 0, out.text[-4000:]
     doc, _ = _result(tmp_path, "batch")

@@ -116,18 +116,30 @@ def c_chat_completion(tmp_path, capsys):
         server.close()
 
 
-def c_controller_file(tmp_path, capsys):
+def _adhoc(module, args, extra=()):
     """An action (no module run): through the ansible command line, as a play runs it."""
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
-    args = json.dumps({"dest": str(tmp_path / "report.json"), "content": "{}\n"})
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-i",
+                           "localhost,", "-c", "local", "-m", "dankfleet.llm." + module]
+                          + (["-a", json.dumps(args)] if args else []) + list(extra), env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return dict((k, v) for k, v in result.items() if not k.startswith("_ansible") and k != "action")
+
+
+def c_controller_file(tmp_path, capsys):
     for extra in (["--check", "--diff"], ["--diff"]):
-        proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-i",
-                               "localhost,", "-c", "local", "-m", "dankfleet.llm.controller_file", "-a", args] + extra,
-                              env=env, capture_output=True, text=True, timeout=120, check=False)
-        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-        yield dict((k, v) for k, v in result.items() if not k.startswith("_ansible") and k != "action")
+        yield _adhoc("controller_file", {"dest": str(tmp_path / "report.json"), "content": "{}\n"}, extra)
+
+
+def c_settle(tmp_path, capsys):
+    given = ["-e", "llama_server_model_path=/m/t.gguf"]
+    yield _adhoc("settle", {"placeholders": "list"}, given)
+    yield _adhoc("settle", {}, given + ["--check"])
+    refused = _adhoc("settle", {}, given + ["-e", "llama_server_ctx_sise=4096"])
+    assert refused.get("failed") and "llama_server_ctx_size" in refused["msg"], refused
+    yield refused
 
 
 def c_endpoint_verify(tmp_path, capsys):

@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""dankfleet.llm.settle: check every inventory value of a host at once, on the controller, and return the serve
+role's inputs. The documentation is in plugins/modules/settle.py, the logic in plugins/module_utils/settle.py."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import glob
+import os
+import re
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+
+try:  # ansible-core 2.19+: a string read from a file is templated only when trusted
+    from ansible.template import trust_as_template
+except ImportError:  # pragma: no cover - older cores template every string
+    def trust_as_template(value):
+        return value
+
+from ansible_collections.dankfleet.llm.plugins.module_utils import settle as settle_utils
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+# what the step reads whether or not the inventory sets it (the roles' defaults fill the rest)
+NEEDED = tuple('llama_server_' + key for key, _ in settle_utils.PLAN_SERVE) + (
+    'llama_server_devices', 'llama_server_port', 'llama_server_service_name', 'llama_server_alias',
+    'llama_server_extra_args', 'llama_server_extra_env', 'llama_server_gate_enabled', 'llama_server_metrics',
+    'llama_server_model_path', 'llama_server_drafter_path', 'llama_server_mmproj_path',
+    'gguf_fetch_manifest', 'gguf_fetch_models_dir', 'llama_cpp_build_prefix', 'runtime_retire_runtimes',
+    'llama_cpp_build_backend', 'llama_cpp_build_source_type')
+# a name a task file of the collection sets (register:, set_fact, a task's vars:) is the collection's own
+_SET_NAME = re.compile(r'^\s*-?\s*(?:register:\s*(%s)\b|(%s):)' % ((r'(?:%s)[a-z0-9_]+' % '|'.join(
+    settle_utils.PREFIXES),) * 2), re.M)
+_CACHE = {}
+# the play's own names, never an inventory's
+_MAGIC = frozenset(('vars', 'hostvars', 'groups', 'group_names', 'play_hosts', 'omit', 'playbook_dir', 'role_names',
+                    'inventory_hostname', 'inventory_hostname_short', 'inventory_dir', 'inventory_file', 'environment',
+                    'role_path', 'role_name', 'ansible_facts'))
+
+
+def _trusted(value):
+    """A role default as the role's own loading sees it: its templates are templates."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return dict((k, _trusted(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return value
+
+
+def _collection(loader):
+    """(options, defaults, published names) of the collection's roles, read once per process."""
+    if 'options' not in _CACHE:
+        specs, defaults, published = {}, {}, set()
+        for path in sorted(glob.glob(os.path.join(ROOT, 'roles', '*', 'meta', 'argument_specs.yml'))):
+            role = path.split(os.sep)[-3]
+            specs[role] = (loader.load_from_file(path) or {}).get('argument_specs') or {}
+        for path in sorted(glob.glob(os.path.join(ROOT, 'roles', '*', 'defaults', 'main.yml'))):
+            defaults.update(loader.load_from_file(path) or {})
+        for path in sorted(glob.glob(os.path.join(ROOT, 'roles', '*', 'tasks', '*.yml'))
+                           + glob.glob(os.path.join(ROOT, 'playbooks', '*.yml'))
+                           + glob.glob(os.path.join(ROOT, 'playbooks', 'tasks', '*.yml'))):
+            with open(path) as handle:
+                for match in _SET_NAME.finditer(handle.read()):
+                    published.add(match.group(1) or match.group(2))
+        _CACHE.update(options=settle_utils.spec_options(specs), defaults=defaults, published=published)
+    return _CACHE['options'], _CACHE['defaults'], _CACHE['published']
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(('placeholders', 'strict'))
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp  # nothing goes to a host
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(argument_spec=dict(
+            placeholders=dict(type='str', default='refuse', choices=['refuse', 'list']),
+            strict=dict(type='bool', default=True),
+        ))
+        options, defaults, published = _collection(self._loader)
+        host = task_vars.get('inventory_hostname', 'this host')
+        # the host's own: every name of the collection's prefixes that is not a role's untouched default
+        given = set(n for n in task_vars if isinstance(n, str) and not n.startswith('_')
+                    and n.startswith(settle_utils.PLACEHOLDER_PREFIXES)
+                    and (n not in defaults or task_vars[n] != defaults[n]))
+        given.discard('dankfleet_settled')
+        # placeholders live where the inventory writes them, under any name (frank_medium_files): every plain
+        # variable whose raw value holds one is read too, so the checklist names the variable the operator edits
+        written = set(n for n in task_vars if isinstance(n, str) and not n.startswith(('_', 'ansible_'))
+                      and n not in _MAGIC and n not in given and n not in defaults and isinstance(task_vars[n], (str, list, dict))
+                      and 'FILL' in to_text(task_vars[n]))
+        values, unreadable = {}, []
+        # the roles' defaults under the host's variables, as a play that imports every role sees them (a role
+        # default may name another role default the play has not imported)
+        missing = dict((n, _trusted(v)) for n, v in defaults.items() if n not in task_vars)
+        templar = self._templar.copy_with_new_env(available_variables=dict(missing, **task_vars)) if missing \
+            else self._templar
+        for name in sorted(given | written | set(NEEDED)):
+            if name in task_vars:
+                raw = task_vars[name]
+            elif name in missing:
+                raw = missing[name]
+            else:
+                continue
+            try:
+                values[name] = templar.template(raw)
+            except AnsibleError as exc:
+                unreadable.append(settle_utils.Problem(name, '%s cannot be read: %s' % (name, to_text(exc.message))))
+        out = settle_utils.settle(values, options, given, host=host, scanned=written,
+                                  extra_known=published, placeholders_refused=args['placeholders'] == 'refuse',
+                                  derived=set(n for n in values if n in task_vars and isinstance(task_vars[n], str)
+                                              and '{{' in task_vars[n]))
+        # one cause (a selector naming nothing: frank_medium_shape: nope) leaves many values unreadable: one line
+        by_cause = {}
+        for p in unreadable:
+            by_cause.setdefault(p.message.split(' cannot be read: ', 1)[1], []).append(p.variable)
+        unreadable = [settle_utils.Problem(', '.join(names), '%s cannot be read: %s' % (', '.join(names), cause))
+                      for cause, names in sorted(by_cause.items())]
+        problems = unreadable + out.pop('problems')
+        unknown = [p for p in problems if p.kind == 'unknown']
+        if not args['strict']:
+            for p in unknown:
+                self._display.warning('dankfleet.llm.settle: %s' % p.message)
+            problems = [p for p in problems if p not in unknown]
+        out['placeholders'] = out.pop('checklist')
+        out['checklist'] = settle_utils.checklist_lines(out['placeholders'])
+        out['problems'] = [p.as_dict() for p in problems]
+        result.update(out, changed=False)
+        if problems:
+            result['failed'] = True
+            result['msg'] = ('%d problem(s) in the inventory of %s, all listed; nothing was changed:\n%s' % (
+                len(problems), host, '\n'.join('- %s' % p.message for p in problems)))
+        return result

@@ -1,0 +1,110 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: settle
+short_description: Check every inventory value of an endpoint host at once and return the serve role's inputs
+version_added: 0.1.0
+description:
+  - The first step of every play that plans or serves (deploy, rollback, the benchmarks, C(playbooks/plan.yml)) -
+    the host's variables are read once, on the controller (an action, no connection), and every problem is
+    reported in ONE failure, each naming the variable the operator edits and the fix. Nothing on the host is read
+    or changed.
+  - Types by Ansible's rules against the roles' C(meta/argument_specs.yml), with no silent coercion (C("two") is not
+    a number, a tensor split given as a string is not a list, a boolean only by Ansible's C(boolean()) words).
+  - Names under C(llama_server_), C(llm_plan_), C(gguf_fetch_), C(runtime_retire_) and C(dankfleet_) that no role
+    takes (options of the roles' argument specs, the documented C(dankfleet_*) names, the results the roles publish)
+    are refused with the closest known name. Private names (C(_x), C(__x)) never count.
+  - Every C(FILL-) placeholder (and a manifest size of 0) of every variable, in one list (C(checklist)).
+  - The serve preflight's cross-checks (slots against the context, batches, the split against the devices, extra
+    arguments or environment that shadow a planned flag, HIP's bare environment names, the speculative chain,
+    vision without a projector, a host with no target model), so a plan that fits is a shape the serve preflight
+    passes.
+  - The logic lives in C(plugins/module_utils/settle.py).
+author:
+  - dankfleet engineers (@dankfleet)
+options:
+  placeholders:
+    description:
+      - V(refuse) - a C(FILL-) placeholder is a problem (a run that changes the host).
+      - V(list) - placeholders are only listed in C(checklist) (a plan-only run, C(playbooks/plan.yml)).
+    type: str
+    choices: [refuse, list]
+    default: refuse
+  strict:
+    description: Refuse an unknown name (V(false) - warn about it; a role imported alone settles its own inputs so).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - dankfleet.llm.attributes
+  - dankfleet.llm.attributes.platform
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+    details: Reads only; the same in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+'''
+
+EXAMPLES = r'''
+- name: Settle the inventory - every problem at once, before anything else
+  dankfleet.llm.settle:
+    placeholders: "{{ 'list' if ansible_run_tags | list == ['plan'] else 'refuse' }}"
+  register: dankfleet_settled
+'''
+
+RETURN = r'''
+install_prefix:
+  description: Where the build installs llama.cpp (C(llama_cpp_build_prefix)); the serve role runs C(<prefix>/current).
+  returned: always
+  type: str
+  sample: /home/dank/llama.cpp
+payload_paths:
+  description: The payload on the host, C(target) / C(drafter) / C(mmproj) -> path (the fetch role's layout).
+  returned: always
+  type: dict
+  sample: {target: /home/dank/models/Qwen3.8-27B-Uncensored-GGUF/Qwen3.8-27B-Uncensored-Q8_0.gguf}
+serve:
+  description: The serve settings the plan is made for (C(llm_plan_serve)), settled to their types.
+  returned: always
+  type: dict
+origin:
+  description: C(pinned) (the inventory set it) or C(open) (the planner chooses) for C(tensor_split), C(ctx_size), C(cache_ram).
+  returned: always
+  type: dict
+port_handover_units:
+  description: The units of C(runtime_retire_runtimes) that may hold the serve port until the retire stage stops them.
+  returned: always
+  type: list
+  elements: str
+checklist:
+  description: One line per variable still holding a placeholder, what in it is to fill.
+  returned: always
+  type: list
+  elements: str
+placeholders:
+  description: Every placeholder, one entry each (C(variable), C(where), C(value)).
+  returned: always
+  type: list
+  elements: dict
+problems:
+  description: Every problem (C(variable), C(msg)); the task fails when there is one.
+  returned: always
+  type: list
+  elements: dict
+'''

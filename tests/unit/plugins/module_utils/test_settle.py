@@ -1,0 +1,179 @@
+# -*- coding: utf-8 -*-
+"""The settle step (plugins/module_utils/settle.py): every problem of an inventory at once, each naming the variable
+the operator edits; the serve role's inputs derived from it."""
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import glob
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+
+
+def _specs():
+    out = {}
+    for path in glob.glob(os.path.join(REPO, 'roles', '*', 'meta', 'argument_specs.yml')):
+        with open(path) as handle:
+            out[path.split(os.sep)[-3]] = yaml.safe_load(handle)['argument_specs']
+    return out
+
+
+OPTIONS = s.spec_options(_specs())
+TARGET = {'name': 'm', 'role': 'target', 'file': 'm.gguf', 'url': 'http://x/m.gguf', 'size': 10, 'sha256': 'a' * 64}
+BASE = {'gguf_fetch_manifest': [TARGET], 'gguf_fetch_models_dir': '/models', 'llama_server_parallel': 2,
+        'llama_server_ctx_size': 8192, 'llama_server_tensor_split': [], 'llama_server_devices': []}
+
+
+def run(values, given=None, **kw):
+    values = dict(BASE, **values)
+    return s.settle(values, OPTIONS, list(values) if given is None else given, host='newhost', **kw)
+
+
+def messages(out):
+    return [p.message for p in out['problems']]
+
+
+def test_a_clean_inventory_settles_with_the_serve_inputs():
+    out = run({'llama_cpp_build_prefix': '/home/dank/llama.cpp', 'llama_server_cache_ram': 'auto',
+               'runtime_retire_runtimes': [{'name': 'r', 'units': [{'name': 'old.service'}],
+                                            'quadlets': [{'path': '/q/radiance.container'}, {'path': '/q/net.network'}]}]})
+    assert messages(out) == []
+    assert out['install_prefix'] == '/home/dank/llama.cpp'
+    assert out['payload_paths'] == {'target': '/models/m/m.gguf'}
+    assert out['port_handover_units'] == ['old.service', 'radiance.service', 'net-network.service']
+    assert out['serve']['ctx_size'] == 8192 and out['serve']['parallel'] == 2
+    assert out['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open'}
+
+
+def test_every_problem_is_reported_at_once_naming_the_variable():
+    out = run({'llama_server_ctx_sise': 4096, 'llama_server_parallel': 'two',
+               'llama_server_tensor_split': '32,33', 'llama_server_vision': 'maybe',
+               'gguf_fetch_manifest': [dict(TARGET, sha256='FILL-oid')]})
+    text = '\n'.join(messages(out))
+    assert 'llama_server_ctx_sise is not a variable of this collection: did you mean llama_server_ctx_size?' in text
+    assert "llama_server_parallel is 'two', not a whole number" in text
+    assert "llama_server_tensor_split is the string '32,33', not a list" in text and '[32, 33]' in text
+    assert "llama_server_vision is 'maybe', not a boolean" in text
+    assert 'gguf_fetch_manifest [target]: sha256 FILL-oid' in text, text
+    assert len(out['problems']) == 5
+    # never an internal name
+    for internal in ('serve.parallel', 'llm_plan_floor_bytes', 'option token', 'llm_plan_serve'):
+        assert internal not in text
+
+
+@pytest.mark.parametrize('value,spec,expected', [
+    ('3', {'type': 'int'}, 3), (3.0, {'type': 'int'}, 3), ('yes', {'type': 'bool'}, True), ('off', {'type': 'bool'}, False),
+    ([1, '2'], {'type': 'list', 'elements': 'int'}, [1, 2]), ('0.5', {'type': 'float'}, 0.5), (7, {'type': 'str'}, '7'),
+])
+def test_types_by_ansibles_rules(value, spec, expected):
+    assert s.check_type('x', value, spec) == expected
+
+
+@pytest.mark.parametrize('value,spec,words', [
+    ('two', {'type': 'int'}, 'not a whole number'), (2.5, {'type': 'int'}, 'not a whole number'),
+    (True, {'type': 'int'}, 'not a whole number'), ('flase', {'type': 'bool'}, 'not a boolean'),
+    (2, {'type': 'bool'}, 'not a boolean'), ('a,b', {'type': 'list'}, 'not a list'),
+    (True, {'type': 'str'}, 'quote it'), ('q9', {'type': 'str', 'choices': ['f16']}, 'not one of f16'),
+    ({'a': 1}, {'type': 'list'}, 'not a list'), ([], {'type': 'dict'}, 'not a mapping'),
+    (None, {'type': 'int'}, 'empty (null)'), (['x'], {'type': 'list', 'elements': 'int'}, 'x[0]'),
+])
+def test_no_silent_coercion(value, spec, words):
+    with pytest.raises(s.Invalid) as exc:
+        s.check_type('x', value, spec)
+    assert words in str(exc.value) and str(exc.value).startswith('x')
+
+
+def test_unknown_names_only_under_the_prefixes_and_never_private():
+    problems = s.unknown_names(['llama_server_ctx_sise', '_llama_server_x', '__llm_plan_y', 'other_thing',
+                                'llm_plan_flor_bytes', 'dankfleet_whatever_zzz'], s.known_names(OPTIONS))
+    assert [p.variable for p in problems] == ['dankfleet_whatever_zzz', 'llama_server_ctx_sise', 'llm_plan_flor_bytes']
+    assert 'did you mean llm_plan_floor_bytes?' in problems[2].message
+    assert 'did you mean' not in problems[0].message
+
+
+def test_the_serve_preflights_cross_checks():
+    out = run({'llama_server_parallel': 3, 'llama_server_ctx_size': 8192, 'llama_server_devices': ['ROCm0', 'ROCm1'],
+               'llama_server_tensor_split': [1, 2, 3], 'llama_server_extra_args': ['--ctx-size', '4096'],
+               'llama_server_extra_env': {'TEMP': '/tmp'}, 'llama_server_batch_size': 256,
+               'llama_server_ubatch_size': 512, 'llama_server_spec_type': ['draft-mtp', 'draft-dflash'],
+               'llama_server_vision': True, 'llama_server_port': 70000})
+    by = dict((p.variable, p.message) for p in out['problems'])
+    assert 'multiple of 3 (8190 or 8193)' in by['llama_server_ctx_size']
+    assert 'set llama_server_ctx_size' in by['llama_server_extra_args']
+    assert 'HIP reads TEMP, HOST and GPU_MAX_HEAP_SIZE bare' in by['llama_server_extra_env']
+    assert 'one share per device' in by['llama_server_tensor_split']
+    assert 'larger than llama_server_batch_size' in by['llama_server_ubatch_size']
+    assert 'ONE draft context' in by['llama_server_spec_type']
+    assert 'role: mmproj' in by['llama_server_vision']
+    assert '1-65535' in by['llama_server_port']
+
+
+def test_a_model_backed_drafter_needs_a_drafter_and_vision_an_mmproj():
+    manifest = [TARGET, dict(TARGET, role='drafter', file='d.gguf'), dict(TARGET, role='mmproj', file='p.gguf')]
+    assert messages(run({'llama_server_spec_type': ['draft-dflash'], 'llama_server_vision': True,
+                         'gguf_fetch_manifest': manifest})) == []
+    msgs = messages(run({'llama_server_spec_type': ['draft-dflash']}))
+    assert len(msgs) == 1 and 'role: drafter' in msgs[0]
+
+
+def test_a_new_host_without_host_vars_is_told_what_to_write():
+    out = run({'gguf_fetch_manifest': []})
+    (msg,) = messages(out)
+    assert 'newhost names no target model' in msg and 'host_vars/newhost.yml' in msg
+
+
+def test_the_inventorys_model_path_stands_in_for_a_manifest():
+    out = run({'gguf_fetch_manifest': [], 'llama_server_model_path': '/srv/m.gguf'})
+    assert messages(out) == [] and out['payload_paths'] == {'target': '/srv/m.gguf'}
+
+
+def test_placeholders_of_every_kind_in_one_list_and_listed_without_refusing():
+    values = {'runtime_retire_runtimes': [{'name': 'r', 'quadlets': [{'path': '/q/FILL-q.container'}]}],
+              'gguf_fetch_manifest': [dict(TARGET, size=0, sha256='FILL-oid')],
+              'llama_cpp_build_toolchain_sha256': 'FILL-sha'}
+    out = run(values, placeholders_refused=False)
+    assert messages(out) == []
+    assert s.checklist_lines(out['checklist']) == [
+        'gguf_fetch_manifest [target]: size 0 (the file\'s size on the Hub), sha256 FILL-oid',
+        'llama_cpp_build_toolchain_sha256: FILL-sha',
+        'runtime_retire_runtimes [r]: quadlets[0].path FILL-q.container']
+    refused = run(values)
+    (msg,) = messages(refused)
+    assert 'FILL-oid' in msg and 'FILL-sha' in msg and 'FILL-q.container' in msg
+
+
+def test_a_derived_copy_of_a_placeholder_is_listed_once_under_the_variable_written_out():
+    runtimes = [{'name': 'r', 'files': ['/FILL-dir/x.sh']}]
+    items = s.placeholders({'dankfleet_serving_now': runtimes, 'runtime_retire_runtimes': runtimes},
+                           derived={'runtime_retire_runtimes'})
+    assert [i['variable'] for i in items] == ['dankfleet_serving_now']
+
+
+def test_every_documented_dankfleet_name_is_used_by_the_collection():
+    text = ''
+    for pattern in ('README.md', 'docs/*.md', 'inventory/*/group_vars/*/*.yml', 'inventory/*/host_vars/*.yml',
+                    'roles/*/defaults/main.yml', 'playbooks/*.yml', 'playbooks/tasks/*.yml', '.config/molecule/*.yml'):
+        for path in glob.glob(os.path.join(REPO, pattern)):
+            with open(path) as handle:
+                text += handle.read()
+    for name in s.DANKFLEET_NAMES:
+        assert name in text, name
+
+
+def test_a_placeholder_is_listed_under_the_variable_written_out_whatever_its_name():
+    files = {'big': {'file': 'm.gguf', 'url': 'http://x', 'size': 0, 'sha256': 'FILL-oid'}}
+    manifest = [dict(files['big'], role='target', name='m')]
+    out = run({'gguf_fetch_manifest': manifest, 'model_files': files}, placeholders_refused=False,
+              derived={'gguf_fetch_manifest'}, scanned={'model_files'})
+    assert s.checklist_lines(out['checklist']) == ["model_files.big: size 0 (the file's size on the Hub), sha256 FILL-oid"]
+
+
+@pytest.mark.parametrize('backend,listed', [('hip', True), ('cpu', False)])
+def test_a_placeholder_in_a_setting_the_host_does_not_use_is_nothing_to_fill(backend, listed):
+    out = run({'llama_cpp_build_backend': backend, 'llama_cpp_build_toolchain_sha256': 'FILL-sha'})
+    assert bool(out['checklist']) is listed and bool(out['problems']) is listed
