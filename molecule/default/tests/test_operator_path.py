@@ -18,7 +18,7 @@ PORT = "18470"
 UNIT = "frank-medium"
 TOUCHED = ["/opt/llama.cpp", "/var/lib/dankfleet", "/etc/llama-server", "/usr/local/libexec/dankfleet",
            "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache",
-           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards"]
+           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards", "/var/log/dankfleet"]
 
 
 def playbook(*args):

@@ -25,7 +25,8 @@ UNIT = "frank-medium"
 TOUCHED = ["/home/dank/llama.cpp", "/home/dank/models", "/home/dank/.AGENTTRASH", "/home/dank/dankserver",
            "/home/dank/.config/systemd", "/etc/llama-server", "/usr/local/libexec/dankfleet",
            "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache",
-           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards", "/etc/passwd", "/etc/group", "/etc/shadow"]
+           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards", "/var/log/dankfleet", "/etc/passwd", "/etc/group",
+           "/etc/shadow"]
 REPO = checks.REPO
 playbook = checks.playbook
 inventory = checks.scenario_inventory
