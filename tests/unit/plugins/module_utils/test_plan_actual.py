@@ -327,6 +327,21 @@ def test_textfile_passes_promtool_check_metrics(tmp_path):
     assert proc.returncode != 0        # the check can fail
 
 
+def test_textfile_series_carry_the_unit_when_given(tmp_path):
+    """Two endpoints' textfiles on one node-exporter: every series of each names its unit, so the rules of one
+    (unit="frank-medium.service") never read the other's devices; without a unit, the labels are as before."""
+    record = _record(tmp_path)
+    text = pa.render_textfile(record, "frank-medium.service")
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert samples and all('unit="frank-medium.service"' in line for line in samples), samples
+    assert 'llm_actual_device_bytes{device="host",unit="frank-medium.service"} %d' % (900 * MIB) in text
+    assert text.replace(',unit="frank-medium.service"', "").replace('{unit="frank-medium.service"}', "") == (
+        pa.render_textfile(record))
+    if PROMTOOL:
+        proc = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_textfile_is_written_atomically_and_only_on_change(tmp_path):
     text = pa.render_textfile(_record(tmp_path))
     path, changed = pa.write_textfile(str(tmp_path), text, "x.prom")
