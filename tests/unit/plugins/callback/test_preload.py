@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from ansible_collections.dankfleet.llm.plugins.callback import preload
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_env
 
 REPO = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
@@ -36,8 +37,7 @@ def run_play(tmp_path, config):
                 msg: "{{ {'exists': true, 'type': 'directory', 'mode': '0755'} | dankfleet.llm.host_state_current('directory', mode='0755')
                          and ('a,b' | split(',') | length == 2) }}"
         """))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(config), ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_LOCALHOST_WARNING="false",
+    env = ansible_env(ANSIBLE_CONFIG=str(config), ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_LOCALHOST_WARNING="false",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
     env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
     return subprocess.run([str(BIN / "ansible-playbook"), "-vvv", "-i", "localhost,", "-c", "local", str(play)],

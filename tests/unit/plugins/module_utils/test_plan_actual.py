@@ -17,14 +17,13 @@ import pytest
 import fit_accuracy
 from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
-from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 GPU_FIXTURES = os.path.join(REPO, "tests", "fixtures", "gpu")
-COLLECTIONS = os.path.join(REPO, "collections")
 PROMTOOL = shutil.which("promtool")
 
 
@@ -354,7 +353,7 @@ def test_textfile_is_written_atomically_and_only_on_change(tmp_path):
 
 
 def ansible(args, check=False):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+    env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-i", "localhost,", "-c", "local",
