@@ -38,7 +38,7 @@ def run_play(tmp_path, config):
                          and ('a,b' | split(',') | length == 2) }}"
         """))
     env = ansible_env(ANSIBLE_CONFIG=str(config), ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_LOCALHOST_WARNING="false",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+                      ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
     env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
     return subprocess.run([str(BIN / "ansible-playbook"), "-vvv", "-i", "localhost,", "-c", "local", str(play)],
                           env=env, capture_output=True, text=True, cwd=tmp_path)

@@ -178,7 +178,7 @@ def test_filter_through_ansible_has_no_traceback(tmp_path):
         msg: "{{ [] | dankfleet.llm.fit_plan(model=model, serve={'backend': 'hip', 'ctx_size': 4096}) }}"
 """)
     env = ansible_env(ANSIBLE_NOCOLOR="1",
-               ANSIBLE_CONFIG=os.path.join(lib.ROOT, "ansible.cfg"))
+                      ANSIBLE_CONFIG=os.path.join(lib.ROOT, "ansible.cfg"))
     bindir = os.path.dirname(sys.executable)
     out = subprocess.run([os.path.join(bindir, "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)],
                          capture_output=True, text=True, check=False, env=env, cwd=lib.ROOT, timeout=300)

@@ -416,9 +416,9 @@ def run_playbook(tmp_path, tasks, check=False):
     play.write_text(json.dumps([{'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}]))
     venv_bin = os.path.dirname(sys.executable)
     env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
-               ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', ANSIBLE_LOCALHOST_WARNING='false',
-               ANSIBLE_INVENTORY_UNPARSED_WARNING='false', FAKE_UNIT_STATE=str(state),
-               PATH='%s:%s:%s' % (bindir, venv_bin, os.environ.get('PATH', '/usr/bin:/bin')))
+                      ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', ANSIBLE_LOCALHOST_WARNING='false',
+                      ANSIBLE_INVENTORY_UNPARSED_WARNING='false', FAKE_UNIT_STATE=str(state),
+                      PATH='%s:%s:%s' % (bindir, venv_bin, os.environ.get('PATH', '/usr/bin:/bin')))
     cmd = [os.path.join(venv_bin, 'ansible-playbook'), '-i', 'localhost,', '-c', 'local',
            '-e', 'ansible_python_interpreter=%s' % sys.executable, str(play)] + (['--check'] if check else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -18,7 +18,6 @@ from ansible_collections.dankfleet.llm.tests.unit.trash_testlib import NOBODY, n
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_env
 
 
-
 def run(capsys, **args):
     return run_module(capsys, module.main, **args)
 
@@ -107,7 +106,7 @@ def test_a_foreign_manifest_and_a_cut_one_are_refused(capsys, tmp_path):
 
 def _ansible(args):
     env = ansible_env(ANSIBLE_STDOUT_CALLBACK='json',
-               ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0')
+                      ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0')
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'ansible'), 'localhost', '-m',
                            'dankfleet.llm.trash_files', '-a', json.dumps(args)],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
