@@ -8,6 +8,7 @@ Not a scenario (no molecule.yml): the verifiers import it through the collection
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -35,11 +36,13 @@ def snapshot(host, paths, unit):
     """Every path under `paths` (type, mode, owner, size, mtime, link target), the sha256 of every file,
     and the unit's MainPID/NRestarts/start time: equal before and after means nothing changed.
     Every path must exist and hold a file: a listing of nothing compares equal to itself and proves nothing."""
+    # each path its own word: host.run's %s quotes an argument whole, and find of one path named
+    # "/a /b ..." lists nothing (the empty listing this check once compared)
+    quoted = " ".join(shlex.quote(path) for path in paths)
     listing = host.run(
-        "find %s -xdev -printf '%%p %%y %%m %%U:%%G %%s %%T@ %%l\\n' 2>/dev/null | sort; "
-        "find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; "
-        "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestampMonotonic %s",
-        " ".join(paths), " ".join(paths), unit)
+        "find " + quoted + " -xdev -printf '%p %y %m %U:%G %s %T@ %l\\n' 2>/dev/null | sort; "
+        "find " + quoted + " -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; "
+        "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestampMonotonic " + shlex.quote(unit))
     assert listing.rc == 0, listing.stderr
     check_listing(listing.stdout, paths)
     return listing.stdout
