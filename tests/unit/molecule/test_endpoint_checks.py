@@ -1,5 +1,7 @@
 """The operator-path verifiers' before/after listing (molecule/shared/endpoint_checks.py) must be able to
 fail: a listing of nothing, or one that lacks a path it was asked for, compares equal to itself."""
+import shlex
+
 import pytest
 
 from ansible_collections.dankfleet.llm.molecule.shared import endpoint_checks as checks
@@ -31,3 +33,24 @@ def test_a_listing_without_a_checksum_fails():
     text = "\n".join(line for line in LISTING.splitlines() if not line.startswith(SHA))
     with pytest.raises(AssertionError, match="no file checksum"):
         checks.check_listing(text, ["/etc/llama-server"])
+
+
+class _Host:
+    """A testinfra host stand-in: records the command, answers with `stdout`."""
+
+    def __init__(self, stdout):
+        self.stdout, self.commands = stdout, []
+
+    def run(self, command, *args):
+        self.commands.append((command, args))
+        return type("Result", (), {"rc": 0, "stdout": self.stdout, "stderr": ""})()
+
+
+def test_the_snapshot_gives_find_each_path_as_its_own_word():
+    """host.run's %s quotes an argument whole: every path joined into one argument made find list nothing."""
+    host = _Host(LISTING)
+    assert checks.snapshot(host, ["/etc/llama-server", "/var/log/dankfleet"], "frank-medium") == LISTING
+    ((command, args),) = host.commands
+    assert args == ()
+    words = shlex.split(command.split(";", 1)[0])
+    assert words[:3] == ["find", "/etc/llama-server", "/var/log/dankfleet"], words
