@@ -25,7 +25,7 @@ LAB_ARGS ?=
 # tests/lab/steps.sh runs each step as its own make and prints the timing table.
 STEPS := MAKE="$(MAKE)" tests/lab/steps.sh
 
-.PHONY: help lab-idle host-deps venv lint sanity unit integration molecule test test-fast lab lab-deploy lab-image llama-server models build clean-lab
+.PHONY: help lab-idle host-deps venv lint sanity unit units-ansible-test integration molecule test test-fast lab lab-deploy lab-image llama-server models build clean-lab
 
 help:
 	@echo "make lab       - deploy frank-medium (lab profile) into the local systemd container"
@@ -74,6 +74,11 @@ models: host-deps venv
 
 unit: host-deps venv
 	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) tests/unit
+
+# The same unit tests under `ansible-test units` (its pytest config, its collection loader, module tests
+# restricted to module-side imports), in a copy at ansible_collections/dankfleet/llm.
+units-ansible-test: venv
+	tests/units.sh
 
 integration: host-deps venv llama-server models lab-image
 	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) tests/integration

@@ -8,6 +8,12 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _path in (os.path.join(REPO, "tests", "lab"), os.path.join(REPO, "collections")):
+# The repo's collections/ link; in a copy at <root>/ansible_collections/dankfleet/llm (ansible-test units'),
+# <root> (as tests/unit/ansible_cli.py's COLLECTIONS).
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(REPO)))
+COLLECTIONS = os.path.join(REPO, "collections")
+if not os.path.isdir(COLLECTIONS) and os.path.isdir(os.path.join(_ROOT, "ansible_collections", "dankfleet", "llm")):
+    COLLECTIONS = _ROOT
+for _path in (os.path.join(REPO, "tests", "lab"), COLLECTIONS):
     if _path not in sys.path:
         sys.path.insert(0, _path)

@@ -1,6 +1,11 @@
 """Every test session (unit, integration) ends by checking the one import path: no file of this repo was
 imported under two module names (e.g. `fit_plan` and `ansible_collections.dankfleet.llm.plugins.
-module_utils.fit_plan` - two copies of one module, each with its own state and its own exceptions)."""
+module_utils.fit_plan` - two copies of one module, each with its own state and its own exceptions).
+
+`ansible-test units` runs pytest with its own config file, not pytest.ini, and its own collection loader
+(ansible_collections.* from the copy it tests): pytest.ini's pythonpath (the lab tools, the benchmarks) is
+put on sys.path here then, from pytest.ini itself, so the tests import alike under both."""
+import configparser
 import os
 import sys
 
@@ -8,6 +13,19 @@ import pytest
 
 REPO = os.path.realpath(os.path.join(os.path.dirname(__file__), ".."))
 VENV = os.path.join(REPO, ".venv") + os.sep
+
+
+def pytest_configure(config):
+    ini = os.path.join(REPO, "pytest.ini")
+    if config.inipath and os.path.realpath(str(config.inipath)) == ini:
+        return  # pytest read pytest.ini: its pythonpath is already in place
+    parser = configparser.ConfigParser()
+    parser.read(ini)
+    for entry in parser["pytest"]["pythonpath"].split():
+        path = os.path.join(REPO, entry)
+        # collections/ is the repo's link for plain pytest; ansible-test's loader serves ansible_collections
+        if entry != "collections" and os.path.isdir(path) and path not in sys.path:
+            sys.path.append(path)
 
 
 def modules_by_file(modules):
@@ -18,7 +36,8 @@ def modules_by_file(modules):
         if not path:
             continue
         real = os.path.realpath(path)
-        if real.startswith(REPO + os.sep) and not real.startswith(VENV):
+        # a package Ansible's collection loader synthesizes has a __file__ that is no file: not a copy of one
+        if real.startswith(REPO + os.sep) and not real.startswith(VENV) and os.path.exists(real):
             names.setdefault(real, set()).add(name)
     return dict((path, sorted(n)) for path, n in names.items() if len(n) > 1)
 

@@ -7,6 +7,8 @@ Not a scenario (no molecule.yml): the verifiers import it through the collection
 """
 import json
 import os
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -32,14 +34,27 @@ def playbook(*args, inventory=None, timeout=900):
 
 def snapshot(host, paths, unit):
     """Every path under `paths` (type, mode, owner, size, mtime, link target), the sha256 of every file,
-    and the unit's MainPID/NRestarts/start time: equal before and after means nothing changed."""
-    paths = " ".join(paths)
+    and the unit's MainPID/NRestarts/start time: equal before and after means nothing changed.
+    Every path must exist and hold a file: a listing of nothing compares equal to itself and proves nothing."""
+    # each path its own word: host.run's %s quotes an argument whole, and find of one path named
+    # "/a /b ..." lists nothing (the empty listing this check once compared)
+    quoted = " ".join(shlex.quote(path) for path in paths)
     listing = host.run(
-        "find %s -xdev -printf '%%p %%y %%m %%U:%%G %%s %%T@ %%l\\n' 2>/dev/null | sort; "
-        "find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; "
-        "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestampMonotonic %s", paths, paths, unit)
+        "find " + quoted + " -xdev -printf '%p %y %m %U:%G %s %T@ %l\\n' 2>/dev/null | sort; "
+        "find " + quoted + " -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; "
+        "systemctl show -p MainPID -p NRestarts -p ActiveEnterTimestampMonotonic " + shlex.quote(unit))
     assert listing.rc == 0, listing.stderr
+    check_listing(listing.stdout, paths)
     return listing.stdout
+
+
+def check_listing(text, paths):
+    """The snapshot's listing names each of `paths` itself and holds at least one file checksum, or
+    AssertionError naming what is missing."""
+    listed = {line.split(" ", 1)[0] for line in text.splitlines()}
+    missing = [path for path in paths if path not in listed]
+    assert not missing, "the listing lacks %s (not on the host?): it would compare nothing" % missing
+    assert re.search(r"(?m)^[0-9a-f]{64}  /", text), "the listing holds no file checksum: it would compare nothing"
 
 
 def chat(host, port):

@@ -600,9 +600,12 @@ def _label(v):
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def render_textfile(record):
+def render_textfile(record, unit=None):
     """node-exporter textfile of one record: llm_plan_device_bytes{device,kind}, llm_actual_device_bytes{device},
-    llm_plan_device_bound_bytes{device} (the planner's bound on that device; absent where not bounded)."""
+    llm_plan_device_bound_bytes{device} (the planner's bound on that device; absent where not bounded).
+    With `unit` (the service, e.g. frank-medium.service) every series also carries unit="<unit>", as the journal
+    watch's do: two endpoints on one node-exporter stay apart, and the rules select their own."""
+    u = ',unit="%s"' % _label(unit) if unit else ''
     lines = [
         "# HELP llm_plan_device_bytes Bytes dankfleet.llm.fit_plan planned on the device at the last gated deploy.",
         "# TYPE llm_plan_device_bytes gauge",
@@ -611,21 +614,22 @@ def render_textfile(record):
     for d in devs:
         if d.get("planned"):
             for k in KINDS:
-                lines.append('llm_plan_device_bytes{device="%s",kind="%s"} %d' % (_label(d["device"]), k,
-                                                                                  int(d["planned"].get(k, 0))))
+                lines.append('llm_plan_device_bytes{device="%s",kind="%s"%s} %d' % (_label(d["device"]), k, u,
+                                                                                    int(d["planned"].get(k, 0))))
     lines += ["# HELP llm_actual_device_bytes Bytes the endpoint held on the device after the gate's real request.",
               "# TYPE llm_actual_device_bytes gauge"]
     for d in devs:
         if d.get("measured_total") is not None:
-            lines.append('llm_actual_device_bytes{device="%s"} %d' % (_label(d["device"]), int(d["measured_total"])))
+            lines.append('llm_actual_device_bytes{device="%s"%s} %d' % (_label(d["device"]), u,
+                                                                        int(d["measured_total"])))
     lines += ["# HELP llm_plan_device_bound_bytes The planner's own bound on the device total (actual vs plan).",
               "# TYPE llm_plan_device_bound_bytes gauge"]
     for d in devs:
         if d.get("bound") is not None:
-            lines.append('llm_plan_device_bound_bytes{device="%s"} %d' % (_label(d["device"]), int(d["bound"])))
+            lines.append('llm_plan_device_bound_bytes{device="%s"%s} %d' % (_label(d["device"]), u, int(d["bound"])))
     lines += ["# HELP llm_plan_actual_timestamp_seconds When the last plan-vs-actual record was taken.",
               "# TYPE llm_plan_actual_timestamp_seconds gauge",
-              "llm_plan_actual_timestamp_seconds %s" % record.get("timestamp", 0)]
+              "llm_plan_actual_timestamp_seconds%s %s" % ("{%s}" % u[1:] if u else "", record.get("timestamp", 0))]
     return "\n".join(lines) + "\n"
 
 
@@ -789,7 +793,7 @@ def run(p, run_command, which, check_mode=False):
         count = append_record(records_path, record)
         if textfile_dir:
             try:
-                textfile, _ = write_textfile(textfile_dir, render_textfile(record), p['textfile_name'])
+                textfile, _ = write_textfile(textfile_dir, render_textfile(record, p['service']), p['textfile_name'])
             except PlanActualError as exc:
                 raise PlanActualError(str(exc), changed=True)
     elif textfile_dir:

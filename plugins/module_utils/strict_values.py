@@ -21,7 +21,7 @@ import math
 
 BOOLEAN_WORDS = "true/false (or yes/no, on/off, y/n, t/f, 1/0)"
 # ansible.module_utils.parsing.convert_bool's BOOLEANS_TRUE / BOOLEANS_FALSE, copied so fit_plan imports without
-# Ansible (a law of its tests); tests/unit/plugins/module_utils/test_strict_values.py asserts the copies agree.
+# Ansible (a law of its tests); tests/unit/plugins/filter/test_strict_values.py asserts the copies agree.
 BOOLEANS_TRUE = frozenset(("y", "yes", "on", "1", "true", "t", 1, 1.0, True))
 BOOLEANS_FALSE = frozenset(("n", "no", "off", "0", "false", "f", 0, 0.0, False))
 

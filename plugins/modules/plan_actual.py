@@ -26,7 +26,8 @@ description:
   - Appends one record to C(<state_dir>/plan-vs-actual.json) (time, release, model sha256, serve shape, per device the
     planned weights/kv/recurrent/compute/draft/mmproj/output/overhead/total and the measured total) and, with
     O(textfile_dir), writes a node-exporter textfile with C(llm_plan_device_bytes{device,kind}),
-    C(llm_actual_device_bytes{device}) and C(llm_plan_device_bound_bytes{device}).
+    C(llm_actual_device_bytes{device}) and C(llm_plan_device_bound_bytes{device}); with O(service) every series
+    also carries C(unit="<service>"), so the rules of one endpoint never read another's devices.
   - Never fails on a miss - a miss is RV(misses) and a warning. It fails only on bad input (the message names the
     fix) before anything is written.
 author:

@@ -4,7 +4,8 @@ overlay (a second -i) that only makes them local and hands each its recorded boa
 
 - dankserver: tests/fixtures/gpu/b850-proart.facts.json (2x R9700) and dankserver's 60 GiB of RAM;
 - frank-zealot: tests/fixtures/gpu/rtx3090.facts.json (one RTX 3090, 24 GiB; gpu_facts' result for
-  nvidia-smi-rtx3090.csv - test_rtx3090_facts_fixture_is_what_gpu_facts_reports keeps it honest).
+  nvidia-smi-rtx3090.csv - test_rtx3090_facts_fixture_says_what_the_recorded_csv_says checks it against
+  the recording).
 
 Neither payload is on this machine, as on a first deploy. dankserver is planned from the GGUF headers
 recorded on the controller (its host_vars' dankfleet_plan_header_facts): the capacity table shows the
@@ -55,15 +56,50 @@ def overlay(tmp_path, zealot_extra=None, dank_extra=None):
     return path
 
 
-def plan_only(*extra):
+def playbook(*args):
+    """ansible-playbook -i inventory/production <args> deploy-frank-medium.yml, default callback."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
                ANSIBLE_ROLES_PATH=f"{REPO / 'roles'}:{REPO / 'tests/lab/roles'}", ANSIBLE_NOCOLOR="1",
                ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    run = subprocess.run(["ansible-playbook", "-i", "inventory/production", *extra, "deploy-frank-medium.yml",
-                          "--check", "--tags", "plan"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    return run
+    return subprocess.run(["ansible-playbook", "-i", "inventory/production", *args, "deploy-frank-medium.yml"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def plan_only(*extra):
+    return playbook(*extra, "--check", "--tags", "plan")
+
+
+# Tasks of the stages after the plan, as the default callback heads them (`TASK [<role> : <task>] ***`):
+# a plan-only run prints none of them. Each must be a task of the playbook, outside the plan tag
+# (test_the_later_stages_looked_for_are_tasks_of_the_playbook): a name no task has can never appear.
+LATER_STAGES = (
+    "dankfleet.llm.llama_cpp_build : Preflight | plan the release",
+    "dankfleet.llm.gguf_fetch : Fetch and verify each model file",
+    "dankfleet.llm.llama_server : Write the env file (validated by llama-env-check)",
+    "dankfleet.llm.runtime_retire : Check the runtimes to retire",
+    "dankfleet.llm.llama_server : Enable the unit",
+    "dankfleet.llm.llm_observability : Template the Prometheus rule file (promtool-validated)",
+)
+# a task the plan stage itself always prints: proves the header format the check relies on
+PLAN_TASK = "dankfleet.llm.llm_plan : Show the capacity table"
+TASK_HEADER = re.compile(r"^TASK \[(.*)\] \**$", re.M)
+
+
+def ran_tasks(stdout):
+    """The task names a run's default-callback output heads."""
+    return set(TASK_HEADER.findall(stdout))
+
+
+def listed_tasks(*args):
+    """The task names `ansible-playbook --list-tasks` lists (`<role> : <task>` for a role's task)."""
+    run = playbook("--list-tasks", *args)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return {line.strip().split("\tTAGS:", 1)[0] for line in run.stdout.splitlines() if "\tTAGS:" in line}
+
+
+def unknown(names, listed):
+    return [name for name in names if name not in listed]
 
 
 def debug_msgs(stdout, task):
@@ -79,13 +115,32 @@ def debug_msgs(stdout, task):
     return out
 
 
-def test_rtx3090_facts_fixture_is_what_gpu_facts_reports(tmp_path):
-    (tmp_path / "sys").mkdir()
-    live = gf.collect(str(tmp_path), nvidia_smi_text=(GPU / "nvidia-smi-rtx3090.csv").read_text())
+# The one line of nvidia-smi-rtx3090.csv, as nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total,
+# memory.used,compute_cap,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader,nounits prints it,
+# and what frank-zealot's facts_file must say about that card - worked out by hand, not by gpu_facts: MiB to
+# bytes, the 8-digit PCI domain cut to 4, sm_86 from 8.6, and Gen4 x16 = 16 GT/s * 128/130 * 16 / 8 = 31.5 GB/s.
+RTX3090_CSV = "0, NVIDIA GeForce RTX 3090, 00000000:01:00.0, 24576, 297, 8.6, 4, 16"
+RTX3090_CARD = {"name": "CUDA0", "index": 0, "runtime_index": 0, "backend": "cuda", "vendor": "nvidia",
+                "marketing_name": "NVIDIA GeForce RTX 3090", "integrated": False, "hidden": False,
+                "pci_address": "0000:01:00.0", "vram_total_bytes": 24576 * 1024 * 1024,
+                "vram_used_bytes": 297 * 1024 * 1024, "compute_cap": "8.6", "cuda_arch": "86",
+                "link_gen": 4, "link_width": 16, "narrowest_link_gen": 4, "narrowest_link_width": 16,
+                "narrowest_link_gbps": 31.5}
+
+
+def test_rtx3090_facts_fixture_says_what_the_recorded_csv_says():
+    """frank-zealot's facts_file against the raw nvidia-smi recording and a hand-worked expectation (not
+    against gpu_facts' own output, which generated it: that comparison could not fail on a gpu_facts bug)."""
+    assert (GPU / "nvidia-smi-rtx3090.csv").read_text().strip() == RTX3090_CSV
     recorded = json.loads((GPU / "rtx3090.facts.json").read_text())
-    assert recorded["gpus"] == live["gpus"] and recorded["topology"] == live["topology"]
-    (card,) = gf.load_facts(str(GPU / "rtx3090.facts.json"))["gpus"]
-    assert (card["name"], card["backend"], card["vram_total_bytes"]) == ("CUDA0", "cuda", 24 * GIB)
+    (card,) = recorded["gpus"]
+    assert {key: card[key] for key in RTX3090_CARD} == RTX3090_CARD
+    assert (recorded["cuda_visible_devices"], recorded["cuda_architectures"], recorded["hip_visible_devices"]) == (
+        "0", "86", "")
+    assert recorded["collectives_legal"] is True and recorded["facts_warnings"] == []
+    # the planner reads it through load_facts: the same card comes back
+    (loaded,) = gf.load_facts(str(GPU / "rtx3090.facts.json"))["gpus"]
+    assert (loaded["name"], loaded["backend"], loaded["vram_total_bytes"]) == ("CUDA0", "cuda", 24 * GIB)
 
 
 def assert_lines(lines, patterns):
@@ -148,8 +203,9 @@ def test_fleet_plan(tmp_path, request, zealot_named, tables, summary):
     # nothing built, fetched, rendered or changed: only the plan stage ran
     assert re.search(r"dankserver\s*: ok=\d+\s+changed=0 .*failed=0", run.stdout), run.stdout[-1500:]
     assert re.search(r"frank-zealot\s*: ok=\d+\s+changed=0 .*failed=0", run.stdout), run.stdout[-1500:]
-    for stage in ("llama_cpp_build : Build", "gguf_fetch : Fetch", "Render", "Retire"):
-        assert "TASK [dankfleet.llm." + stage not in run.stdout
+    ran = ran_tasks(run.stdout)
+    assert PLAN_TASK in ran, sorted(ran)
+    assert not ran & set(LATER_STAGES), sorted(ran & set(LATER_STAGES))
 
     printed = debug_msgs(run.stdout, "Show the capacity table")
     assert sorted(printed) == sorted(tables), printed   # a host that cannot be planned prints no table
@@ -290,3 +346,15 @@ def test_a_shape_the_inventory_does_not_declare_is_named(tmp_path):
                            "--limit", "dankserver")
     assert run.returncode != 0 and "declares only dflash2 | mtp | dspark" in run.stdout, run.stdout[-3000:]
     assert "TASK [Settle the inventory" not in run.stdout
+
+
+def test_the_later_stages_looked_for_are_tasks_of_the_playbook():
+    """The names the plan-only runs must not print are tasks of the fleet playbook (so a run of their stage
+    would print them), and none is a task of the plan tag (so a plan-only run can pass). The check itself can
+    fail: the names this file once looked for (`TASK [dankfleet.llm.Render`, `... Retire`) are no task."""
+    everything = listed_tasks()
+    assert PLAN_TASK in everything
+    assert not unknown(LATER_STAGES, everything), unknown(LATER_STAGES, everything)
+    assert not set(LATER_STAGES) & listed_tasks("--tags", "plan")
+    assert unknown(["dankfleet.llm.Render", "dankfleet.llm.Retire"], everything) == [
+        "dankfleet.llm.Render", "dankfleet.llm.Retire"]

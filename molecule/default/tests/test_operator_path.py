@@ -8,9 +8,13 @@
 4. from a deliberately retired state (the frank-medium unit retired into the trash,
    an impostor serving the port) the rollback playbook retires the impostor and
    brings back a gated layer-split endpoint.
-Tests run in file order and build on each other.
+No test depends on another having run: what converge left is read once, before any test (the
+autouse `converged` probe), and the one test that changes the host builds its retired state in its
+own fixture and ends with the endpoint gated again.
 """
 import json
+
+import pytest
 
 from ansible_collections.dankfleet.llm.molecule.shared import endpoint_checks as checks
 
@@ -18,7 +22,7 @@ PORT = "18470"
 UNIT = "frank-medium"
 TOUCHED = ["/opt/llama.cpp", "/var/lib/dankfleet", "/etc/llama-server", "/usr/local/libexec/dankfleet",
            "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache",
-           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards"]
+           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards", "/var/log/dankfleet"]
 
 
 def playbook(*args):
@@ -33,16 +37,31 @@ def chat(host):
     return checks.chat(host, PORT)
 
 
-def test_endpoint_is_gated(host):
+@pytest.fixture(scope="module", autouse=True)
+def converged(host):
+    """What converge and idempotence left, read before any test of this file runs (whatever their order)."""
     svc = host.service(UNIT)
-    assert svc.is_running and svc.is_enabled
-    assert host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip() == "0"
-    assert chat(host)["usage"]["completion_tokens"] >= 1
-    assert host.file("/var/lib/frank-medium/rollback/env").exists
+    return {
+        "running": svc.is_running, "enabled": svc.is_enabled,
+        "restarts": host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip(),
+        "completion_tokens": chat(host)["usage"]["completion_tokens"],
+        "rollback_env": host.file("/var/lib/frank-medium/rollback/env").exists,
+        "rules": host.file("/etc/prometheus/rules.d/frank-medium.rules.yml").content_string,
+        "record": json.loads(host.file("/var/lib/frank-medium/plan-vs-actual.json").content_string)[-1],
+        "contract": json.loads((checks.REPO / ".lab" / "client-contracts"
+                                / "dankfleet-default.frank-medium.contract.json").read_text()),
+    }
+
+
+def test_endpoint_is_gated(converged):
+    assert converged["running"] and converged["enabled"]
+    assert converged["restarts"] == "0"
+    assert converged["completion_tokens"] >= 1
+    assert converged["rollback_env"]
     # observability: the promtool-validated rules carry the spec-decode alert
-    assert "LlmSpecDecodeOff" in host.file("/etc/prometheus/rules.d/frank-medium.rules.yml").content_string
+    assert "LlmSpecDecodeOff" in converged["rules"]
     # the verify stage ran after the gate: its results are in that deploy's plan-vs-actual record
-    record = json.loads(host.file("/var/lib/frank-medium/plan-vs-actual.json").content_string)[-1]
+    record = converged["record"]
     verify = {c["name"]: c for c in record["verify"]["checks"]}
     assert record["verify"]["passed"] is True
     for name in ("stream", "tools", "reasoning_effort", "slots", "window"):
@@ -51,8 +70,7 @@ def test_endpoint_is_gated(host):
     assert verify["window"]["figures"]["slot_ctx"] == 4096 and verify["window"]["figures"]["fraction"] == 1.0
     assert record["verify"]["contract"]["reasoning_efforts"] == {"low": 200, "medium": 200, "high": 200, "xhigh": 200}
     # ... and the client contract on the controller
-    contract = checks.REPO / ".lab" / "client-contracts" / "dankfleet-default.frank-medium.contract.json"
-    assert json.loads(contract.read_text())["context_per_slot"] == 4096
+    assert converged["contract"]["context_per_slot"] == 4096
 
 
 def test_check_diff_changes_nothing(host):
@@ -77,8 +95,9 @@ def test_rollback_refuses_without_a_layer_split_shape(host):
     assert snapshot(host) == before
 
 
-def test_rollback_from_a_retired_state(host, tmp_path):
-    # Deliberately retire the endpoint and put an impostor on its port.
+@pytest.fixture
+def retired_with_impostor(host, tmp_path):
+    """The state a rollback starts from, built here: frank-medium retired on purpose, an impostor on its port."""
     retire = checks.retire_playbook(tmp_path / "retire.yml", "Retire frank-medium on purpose",
                                     "frank-medium-on-purpose", PORT)
     run = playbook(str(retire))
@@ -91,7 +110,11 @@ def test_rollback_from_a_retired_state(host, tmp_path):
         "systemctl start radiance-proxy && sleep 1 && "
         "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%s/", PORT, PORT)
     assert impostor.stdout.endswith("200"), impostor.stdout + impostor.stderr
+    return tmp_path
 
+
+def test_rollback_from_a_retired_state(host, retired_with_impostor):
+    tmp_path = retired_with_impostor
     extra = tmp_path / "rollback-vars.json"
     extra.write_text(json.dumps({"dankfleet_rollback_retire": [
         {"name": "radiance", "units": [{"name": "radiance-proxy.service"}], "ports": [int(PORT)]}]}))

@@ -178,5 +178,5 @@ def test_an_unplanned_deploy_records_what_it_holds(probe):
 def test_the_textfile_is_the_last_record_and_valid(probe):
     assert probe["pva_promtool"]["rc"] == 0, probe["pva_promtool"]
     host = probe["pva"][2]["devices"][0]["measured_total"]
-    assert 'llm_actual_device_bytes{device="host"} %d\n' % host in probe["pva_text"]
+    assert 'llm_actual_device_bytes{device="host",unit="llama-server.service"} %d\n' % host in probe["pva_text"]
     assert "llm_plan_device_bytes{" not in probe["pva_text"]    # (b) had no plan

@@ -12,11 +12,15 @@ converge (the real first deploy) and idempotence. Tests run in file order and bu
 6. the rollback refuses, changing nothing, a shape that is not a layer split;
 7. from radiance-like units holding :7770 (put back with the README's restore command) the README's
    rollback command brings the layer split back.
+No test depends on another having run: what converge left (1-3) is read once, before any test (the
+autouse `converged` probe); every other test takes its own before/after or builds its own starting state.
 """
 import base64
 import json
 import re
 import shlex
+
+import pytest
 
 from ansible_collections.dankfleet.llm.molecule.shared import endpoint_checks as checks
 
@@ -25,7 +29,8 @@ UNIT = "frank-medium"
 TOUCHED = ["/home/dank/llama.cpp", "/home/dank/models", "/home/dank/.AGENTTRASH", "/home/dank/dankserver",
            "/home/dank/.config/systemd", "/etc/llama-server", "/usr/local/libexec/dankfleet",
            "/var/lib/frank-medium", "/etc/systemd/system", "/var/cache/llama-cpp-build/ccache",
-           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards", "/etc/passwd", "/etc/group", "/etc/shadow"]
+           "/etc/prometheus/rules.d", "/var/lib/grafana/dashboards", "/var/log/dankfleet", "/etc/passwd", "/etc/group",
+           "/etc/shadow"]
 REPO = checks.REPO
 playbook = checks.playbook
 inventory = checks.scenario_inventory
@@ -67,13 +72,42 @@ def run_readme(command, **subst):
     return playbook(*shlex.split(command)[1:])
 
 
-def test_endpoint_is_gated_from_production_paths(host):
+PREDECESSOR_FILES = ("/home/dank/dankserver/frank-medium/entrypoint.sh",
+                     "/home/dank/dankserver/frank-medium/healthcheck.sh",
+                     "/home/dank/.config/systemd/user/frank-medium-radiance.service")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def converged(host):
+    """What side_effect, converge and idempotence left, read before any test of this file runs (whatever their
+    order): the gated endpoint, and the predecessor in the trash."""
     svc = host.service(UNIT)
-    assert svc.is_running and svc.is_enabled
-    assert host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip() == "0"
-    assert [m["id"] for m in checks.models(host, PORT)["data"]] == ["frank-medium"]
-    assert chat(host)["usage"]["completion_tokens"] >= 1
-    env = env_file(host)
+    trash = host.run("ls -d /home/dank/.AGENTTRASH/*-radiance-tp2-retire").stdout.split()
+    manifest = host.file(trash[0] + "/MANIFEST") if len(trash) == 1 else None
+    return {
+        "running": svc.is_running, "enabled": svc.is_enabled,
+        "restarts": host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip(),
+        "models": [m["id"] for m in checks.models(host, PORT)["data"]],
+        "completion_tokens": chat(host)["usage"]["completion_tokens"],
+        "env": env_file(host),
+        "unit_user_dank": host.file("/etc/systemd/system/frank-medium.service").contains("^User=dank$"),
+        "rollback_env": host.file("/var/lib/frank-medium/rollback/env").exists,
+        "record": json.loads(host.file("/var/lib/frank-medium/plan-vs-actual.json").content_string)[-1],
+        "standin": host.run("runuser -u dank -- env XDG_RUNTIME_DIR=/run/user/1000 systemctl --user is-active "
+                            "frank-medium-radiance.service").stdout.strip(),
+        "entrypoint": host.file("/home/dank/dankserver/frank-medium/entrypoint.sh").exists,
+        "trash": trash,
+        "manifest": manifest.content_string if manifest is not None and manifest.exists else None,
+        "trashed": {path: host.file(trash[0] + path).exists for path in PREDECESSOR_FILES} if trash else {},
+    }
+
+
+def test_endpoint_is_gated_from_production_paths(converged):
+    assert converged["running"] and converged["enabled"]
+    assert converged["restarts"] == "0"
+    assert converged["models"] == ["frank-medium"]
+    assert converged["completion_tokens"] >= 1
+    env = converged["env"]
     # production's own paths and geometry (the one variable from build to serve: /home/dank/llama.cpp)
     assert env["LLAMA_BIN"] == "/home/dank/llama.cpp/current/bin/llama-server"
     assert env["MODEL_PATH"] == "/home/dank/models/Qwen3.8-27B-Uncensored-GGUF/Qwen3.8-27B-Uncensored-Q8_0.gguf"
@@ -81,10 +115,10 @@ def test_endpoint_is_gated_from_production_paths(host):
     # two slots as in production, each the lab model's trained window (the one rehearsal override)
     assert (env["LISTEN_PORT"], env["CTX_SIZE"], env["PARALLEL"]) == ("7770", "8192", "2")
     assert env["SPEC_TYPE"] == "draft-dflash,ngram-mod" and env["SPEC_DRAFT_N_MAX"] == "7"
-    assert host.file("/etc/systemd/system/frank-medium.service").contains("^User=dank$")
-    assert host.file("/var/lib/frank-medium/rollback/env").exists
+    assert converged["unit_user_dank"]
+    assert converged["rollback_env"]
     # the verify stage: production's bounded window (0.25 of a slot), every slot drafting, its time recorded
-    record = json.loads(host.file("/var/lib/frank-medium/plan-vs-actual.json").content_string)[-1]
+    record = converged["record"]
     verify = {c["name"]: c for c in record["verify"]["checks"]}
     assert record["verify"]["passed"] is True, record["verify"]
     assert verify["window"]["status"] == "pass" and verify["window"]["figures"]["fraction"] == 0.25
@@ -150,21 +184,15 @@ def counts(metrics):
     return {k: v for k, v in metrics.items() if "last_run" not in k}
 
 
-def test_predecessor_is_in_the_trash_with_a_manifest(host):
-    standin = host.run("runuser -u dank -- env XDG_RUNTIME_DIR=/run/user/1000 systemctl --user is-active "
-                       "frank-medium-radiance.service")
-    assert standin.stdout.strip() != "active"
-    assert not host.file("/home/dank/dankserver/frank-medium/entrypoint.sh").exists
-    found = host.run("ls -d /home/dank/.AGENTTRASH/*-radiance-tp2-retire").stdout.split()
+def test_predecessor_is_in_the_trash_with_a_manifest(converged):
+    assert converged["standin"] != "active"
+    assert not converged["entrypoint"]
+    found = converged["trash"]
     assert len(found) == 1 and re.search(r"/\d{8}-radiance-tp2-retire$", found[0]), found
-    manifest = host.file(found[0] + "/MANIFEST")
-    assert manifest.exists
-    text = manifest.content_string
-    for path in ("/home/dank/dankserver/frank-medium/entrypoint.sh",
-                 "/home/dank/dankserver/frank-medium/healthcheck.sh",
-                 "/home/dank/.config/systemd/user/frank-medium-radiance.service"):
-        assert path in text
-        assert host.file(found[0] + path).exists
+    assert converged["manifest"] is not None
+    for path in PREDECESSOR_FILES:
+        assert path in converged["manifest"]
+        assert converged["trashed"][path], path
 
 
 def test_dank_is_byte_identical(host):

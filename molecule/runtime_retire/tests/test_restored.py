@@ -4,18 +4,23 @@ Every command goes through Ansible's podman connection (seconds each), so one pr
 facts a person would check by hand and the tests read them.
 """
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
-PORT = 18320
-TRASH = "/root/.AGENTTRASH/20260916-vllm-radiance-retire"
+COMMON = yaml.safe_load((Path(__file__).resolve().parents[1] / "vars" / "common.yml").read_text())
+PORT = COMMON["retire_test_port"]
+TRASH = COMMON["retire_test_dir"]
+PATHS = COMMON["retire_test_paths"]   # what prepare fingerprinted before the retire
 
+# set -e: a fingerprint that cannot be taken (a path not back) fails the probe instead of comparing less
 PROBE = r"""
-set -u
-before=$(python3 -c 'import json; print(" ".join(sorted(json.load(open("/root/retire-before.json")))))')
-python3 /root/fingerprint.py /root/retire-after.json $before
+set -eu
+python3 /root/fingerprint.py /root/retire-after.json %(paths)s
 echo "{"
-echo "\"same\": $(python3 -c 'import json; print(json.dumps(json.load(open("/root/retire-before.json")) == json.load(open("/root/retire-after.json"))))'),"
+echo "\"before\": $(cat /root/retire-before.json),"
+echo "\"after\": $(cat /root/retire-after.json),"
 echo "\"link\": \"$(readlink /etc/systemd/system/vllm-radiance-proxy.service)\","
 echo "\"enabled\": \"$(systemctl is-enabled vllm-radiance-proxy.service)\","
 echo "\"active\": \"$(systemctl is-active vllm-radiance-proxy.service)\","
@@ -28,14 +33,17 @@ echo "}"
 
 @pytest.fixture(scope="module")
 def probe(host):
-    cmd = host.run("bash -c %s", PROBE % {"port": PORT, "trash": TRASH})
+    cmd = host.run("bash -c %s", PROBE % {"port": PORT, "trash": TRASH, "paths": " ".join(PATHS)})
     assert cmd.rc == 0, cmd.stderr
     return json.loads(cmd.stdout)
 
 
 def test_every_file_is_back_byte_identical(probe):
-    # owner, group, mode and sha256 (link target for links) of all nine paths, before vs after
-    assert probe["same"] is True
+    # owner, group, mode and sha256 (link target for links) of all nine paths, before vs after; both
+    # fingerprints must hold every path (empty equals empty, and proves nothing)
+    assert sorted(probe["before"]) == sorted(PATHS) and len(PATHS) == 9
+    assert all(row.get("sha256") or row.get("link") for row in probe["before"].values()), probe["before"]
+    assert probe["after"] == probe["before"]
 
 
 def test_the_unit_file_is_still_a_link_into_the_repo(probe):

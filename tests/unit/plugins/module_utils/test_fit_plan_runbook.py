@@ -268,14 +268,11 @@ def test_layer_steps_match_the_runbook():
 
 
 def test_the_b650_board_from_gpu_facts_leans_off_the_x1_card():
-    """gpu_facts' recorded B650 board (tests/fixtures/gpu/b650.facts.json, branch gpufacts): ROCm1 sits behind the
+    """gpu_facts' recorded B650 board (tests/fixtures/gpu/b650.facts.json): ROCm1 sits behind the
     chipset's Gen4 x1 link, the Raphael iGPU is hidden. Passed as is, lean_layers=1 lands on 35:30."""
     import json
     import os
-    path = os.path.join(lib.FIXTURES, "gpu", "b650.facts.json")
-    if not os.path.exists(path):
-        pytest.skip("gpu_facts fixtures not merged yet (branch gpufacts)")
-    with open(path) as fh:
+    with open(os.path.join(lib.FIXTURES, "gpu", "b650.facts.json")) as fh:
         board = json.load(fh)
     r = plan(board, MODEL, dict(MTP_393216, tensor_split="auto", lean_layers=1), mmproj=MMPROJ)
     assert r["fits"] and r["tensor_split"] == [35, 30]

@@ -18,11 +18,10 @@ import yaml
 from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
 from ansible_collections.dankfleet.llm.plugins.modules import gpu_info as gpu_facts_module
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
-from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'gpu')
-COLLECTIONS = os.path.join(REPO, 'collections')
 
 R9700_VRAM = 34208743424
 MIB = 1024 * 1024
@@ -490,9 +489,9 @@ def test_documentation_matches_argument_spec():
 
 
 def ansible(*args, check=True):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
-               ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_STDOUT_CALLBACK='ansible.posix.json',
-               ANSIBLE_INVENTORY_UNPARSED_WARNING='false', ANSIBLE_LOCALHOST_WARNING='false')
+    env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
+                      ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_STDOUT_CALLBACK='ansible.posix.json',
+                      ANSIBLE_INVENTORY_UNPARSED_WARNING='false', ANSIBLE_LOCALHOST_WARNING='false')
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible'), 'localhost', '-i', 'localhost,', '-c', 'local',
            '-e', 'ansible_python_interpreter=%s' % sys.executable, '-m', 'dankfleet.llm.gpu_info'] + list(args)
     if check:

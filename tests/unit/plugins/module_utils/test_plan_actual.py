@@ -17,14 +17,13 @@ import pytest
 import fit_accuracy
 from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
-from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 GPU_FIXTURES = os.path.join(REPO, "tests", "fixtures", "gpu")
-COLLECTIONS = os.path.join(REPO, "collections")
 PROMTOOL = shutil.which("promtool")
 
 
@@ -327,6 +326,21 @@ def test_textfile_passes_promtool_check_metrics(tmp_path):
     assert proc.returncode != 0        # the check can fail
 
 
+def test_textfile_series_carry_the_unit_when_given(tmp_path):
+    """Two endpoints' textfiles on one node-exporter: every series of each names its unit, so the rules of one
+    (unit="frank-medium.service") never read the other's devices; without a unit, the labels are as before."""
+    record = _record(tmp_path)
+    text = pa.render_textfile(record, "frank-medium.service")
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert samples and all('unit="frank-medium.service"' in line for line in samples), samples
+    assert 'llm_actual_device_bytes{device="host",unit="frank-medium.service"} %d' % (900 * MIB) in text
+    assert text.replace(',unit="frank-medium.service"', "").replace('{unit="frank-medium.service"}', "") == (
+        pa.render_textfile(record))
+    if PROMTOOL:
+        proc = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_textfile_is_written_atomically_and_only_on_change(tmp_path):
     text = pa.render_textfile(_record(tmp_path))
     path, changed = pa.write_textfile(str(tmp_path), text, "x.prom")
@@ -339,9 +353,9 @@ def test_textfile_is_written_atomically_and_only_on_change(tmp_path):
 
 
 def ansible(args, check=False):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
+    env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                      ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+                      ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-i", "localhost,", "-c", "local",
            "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", "dankfleet.llm.plan_actual",
            "-a", json.dumps(args)] + (["--check"] if check else [])

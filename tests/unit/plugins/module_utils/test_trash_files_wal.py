@@ -18,9 +18,9 @@ import pytest
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
 from ansible_collections.dankfleet.llm.tests.unit.trash_testlib import NOBODY, needs_root, snapshot, tmpfs
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import COLLECTIONS, ansible_env
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-COLLECTIONS = os.path.join(REPO, 'collections')
 
 
 def manifest_of(trash):
@@ -114,7 +114,7 @@ CRASH = textwrap.dedent('''
 def crash(trash, src, die_after):
     """retire(trash, [src]) in a child process killed right after its die_after-th move."""
     return subprocess.run([sys.executable, '-c', CRASH, trash, src, str(die_after)],
-                          env=dict(os.environ, PYTHONPATH=COLLECTIONS))
+                          env=ansible_env(PYTHONPATH=COLLECTIONS))
 
 
 @pytest.mark.parametrize('die_after', [1, 2])

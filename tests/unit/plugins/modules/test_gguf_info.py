@@ -2,12 +2,11 @@
 there, and the headers of those that are), reporting a missing or unreadable file instead of failing; `path` keeps
 its old shape (a bad file fails the task). Real GGUFs from tests/lab/gen_models.py.
 """
+import gen_models
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_info as module
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
-
-gen_models = pytest.importorskip("gen_models")
 
 
 def run(capsys, **args):

@@ -1,12 +1,11 @@
 """Differential: gguf_info's parser and facts against gguf.GGUFReader and the generator's own manifest,
 on every model tests/lab/gen_models.py writes (small scale; f16 and q8_0 tensors)."""
+import gen_models
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
-
-gen_models = pytest.importorskip("gen_models")
 
 
 @pytest.mark.parametrize("tensor_type", ["f16", "q8_0"])

@@ -4,13 +4,13 @@ A recorded board (tests/fixtures/gpu) and real GGUFs from tests/lab/gen_models.p
 """
 import os
 
+import gen_models
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_info
 from ansible_collections.dankfleet.llm.plugins.modules import gpu_info as module
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module as run
 
-gen_models = pytest.importorskip("gen_models")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 BOARD = os.path.join(REPO, "tests/fixtures/gpu/b850-proart.facts.json")
 

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
-from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 MIB = 1048576
@@ -415,11 +415,10 @@ def run_playbook(tmp_path, tasks, check=False):
     play = tmp_path / 'play.yml'
     play.write_text(json.dumps([{'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}]))
     venv_bin = os.path.dirname(sys.executable)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, 'collections'),
-               ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
-               ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', ANSIBLE_LOCALHOST_WARNING='false',
-               ANSIBLE_INVENTORY_UNPARSED_WARNING='false', FAKE_UNIT_STATE=str(state),
-               PATH='%s:%s:%s' % (bindir, venv_bin, os.environ.get('PATH', '/usr/bin:/bin')))
+    env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
+                      ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', ANSIBLE_LOCALHOST_WARNING='false',
+                      ANSIBLE_INVENTORY_UNPARSED_WARNING='false', FAKE_UNIT_STATE=str(state),
+                      PATH='%s:%s:%s' % (bindir, venv_bin, os.environ.get('PATH', '/usr/bin:/bin')))
     cmd = [os.path.join(venv_bin, 'ansible-playbook'), '-i', 'localhost,', '-c', 'local',
            '-e', 'ansible_python_interpreter=%s' % sys.executable, str(play)] + (['--check'] if check else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)

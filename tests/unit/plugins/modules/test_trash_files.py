@@ -15,8 +15,7 @@ import pytest
 from ansible_collections.dankfleet.llm.plugins.modules import trash_files as module
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 from ansible_collections.dankfleet.llm.tests.unit.trash_testlib import NOBODY, needs_root, snapshot, tmpfs
-
-COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'collections'))
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_env
 
 
 def run(capsys, **args):
@@ -106,8 +105,8 @@ def test_a_foreign_manifest_and_a_cut_one_are_refused(capsys, tmp_path):
 
 
 def _ansible(args):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK='json',
-               ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0')
+    env = ansible_env(ANSIBLE_STDOUT_CALLBACK='json',
+                      ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0')
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'ansible'), 'localhost', '-m',
                            'dankfleet.llm.trash_files', '-a', json.dumps(args)],
                           env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -10,6 +10,7 @@ from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dankfleet.llm.plugins.filter.fit_plan import FilterModule
 from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_env
 
 GIB = lib.GIB
 MODEL = lib.fixture("frank_medium")
@@ -176,8 +177,8 @@ def test_filter_through_ansible_has_no_traceback(tmp_path):
     - ansible.builtin.debug:
         msg: "{{ [] | dankfleet.llm.fit_plan(model=model, serve={'backend': 'hip', 'ctx_size': 4096}) }}"
 """)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(lib.ROOT, "collections"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_CONFIG=os.path.join(lib.ROOT, "ansible.cfg"))
+    env = ansible_env(ANSIBLE_NOCOLOR="1",
+                      ANSIBLE_CONFIG=os.path.join(lib.ROOT, "ansible.cfg"))
     bindir = os.path.dirname(sys.executable)
     out = subprocess.run([os.path.join(bindir, "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)],
                          capture_output=True, text=True, check=False, env=env, cwd=lib.ROOT, timeout=300)
