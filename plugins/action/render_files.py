@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dankfleet engineers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""dankfleet.llm.render_files: render a set of templates on the controller, then compare, validate and write
-them, and make the directories given, on the host in one module run (none when ``known`` shows them current). The documentation is in
-plugins/modules/render_files.py, the host side in plugins/module_utils/render_files.py."""
+"""dankfleet.llm.render_files: render a set of templates on the controller, then make the directories given and
+compare, validate and write the files on the host in one module run (none when ``known`` shows them all current).
+The documentation is in plugins/modules/render_files.py, the host side in plugins/module_utils/render_files.py."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
