@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dankfleet engineers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""dankfleet.llm.render_files: render a set of templates on the controller, then compare, validate and write
-them on the host in one module run (none when ``known`` shows them current). The documentation is in
-plugins/modules/render_files.py, the host side in plugins/module_utils/render_files.py."""
+"""dankfleet.llm.render_files: render a set of templates on the controller, then make the directories given and
+compare, validate and write the files on the host in one module run (none when ``known`` shows them all current).
+The documentation is in plugins/modules/render_files.py, the host side in plugins/module_utils/render_files.py."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -33,6 +33,13 @@ FILE_OPTIONS = dict(
     mode=dict(type='raw'),
     validate=dict(type='str'),
     compare=dict(type='str', choices=['bytes', 'values'], default='bytes'),
+    item=dict(type='raw'),
+)
+DIRECTORY_OPTIONS = dict(
+    path=dict(type='path', required=True),
+    owner=dict(type='str'),
+    group=dict(type='str'),
+    mode=dict(type='raw'),
 )
 SENT = ('dest', 'content', 'owner', 'group', 'mode', 'validate', 'compare')
 
@@ -40,7 +47,7 @@ SENT = ('dest', 'content', 'owner', 'group', 'mode', 'validate', 'compare')
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(('files', 'known'))
+    _VALID_ARGS = frozenset(('files', 'directories', 'known'))
 
     def _render(self, spec, task_vars):
         """The text of one file: its content, a template rendered like ansible.builtin.template's, or a file."""
@@ -55,6 +62,8 @@ class ActionModule(ActionBase):
         searchpath = list(task_vars.get('ansible_search_path', [])) + [self._loader._basedir, os.path.dirname(source)]
         searchpath = [p for base in searchpath for p in (os.path.join(base, 'templates'), base)]
         variables = dict(task_vars)
+        if spec.get('item') is not None:  # one template, many files: each reads its own item, as in a loop
+            variables['item'] = spec['item']
         if _template_vars is not None:
             variables.update(_template_vars.generate_ansible_template_vars(
                 path=spec['src'], fullpath=source, dest_path=spec['dest'],
@@ -66,9 +75,13 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _known_current(known, spec):
+        """Whether the host_state reading (known) shows spec's file or directory already as wanted."""
         if not known:
             return False
         try:
+            if 'path' in spec:
+                return is_current(known.get(spec['path']), state='directory', mode=spec.get('mode'),
+                                  owner=spec.get('owner'), group=spec.get('group'))
             return is_current(known.get(spec['dest']), content=spec['content'], mode=spec.get('mode'),
                               owner=spec.get('owner'), group=spec.get('group'))
         except (HostStateError, TypeError, ValueError):
@@ -79,7 +92,8 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         _, args = self.validate_argument_spec(argument_spec=dict(
-            files=dict(type='list', elements='dict', required=True, options=FILE_OPTIONS),
+            files=dict(type='list', elements='dict', default=[], options=FILE_OPTIONS),
+            directories=dict(type='list', elements='dict', default=[], options=DIRECTORY_OPTIONS),
             known=dict(type='dict'),
         ))
         try:
@@ -95,18 +109,23 @@ class ActionModule(ActionBase):
         report = dict((f['dest'], {'changed': False, 'values_changed': False, 'reasons': [],
                                    'checksum': hashlib.sha1(f['content'].encode('utf-8')).hexdigest()})
                       for f in files)
+        directories = [dict(d) for d in args['directories']]
+        dir_report = dict((d['path'], {'changed': False, 'reasons': []}) for d in directories)
         send = [f for f in files if not self._known_current(args.get('known'), f)]
-        result.update(changed=False, values_changed=False, files=report, round_trips=0)
-        if send:
+        send_dirs = [d for d in directories if not self._known_current(args.get('known'), d)]
+        result.update(changed=False, values_changed=False, files=report, directories=dir_report, round_trips=0)
+        if send or send_dirs:
             answer = self._execute_module(
                 module_name='dankfleet.llm.render_files',
-                module_args={'files': [dict((k, f.get(k)) for k in SENT) for f in send]},
+                module_args={'files': [dict((k, f.get(k)) for k in SENT) for f in send], 'directories': send_dirs},
                 task_vars=task_vars)
             if answer.get('failed'):
                 result.update(failed=True, msg=answer.get('msg', 'dankfleet.llm.render_files failed'))
                 return result
             for dest, found in answer.get('files', {}).items():
                 report[dest] = found
+            for path, found in answer.get('directories', {}).items():
+                dir_report[path] = found
             result.update(changed=bool(answer.get('changed')), values_changed=bool(answer.get('values_changed')),
                           round_trips=1)
             if self._task.diff and answer.get('diff'):

@@ -9,6 +9,11 @@ on a private copy named like it and writes it atomically through regular_file (n
 user can write, an O_EXCL temporary, fsync, rename). A refused file stops the set there: the files before it are
 written (a later file's validate may need them: a unit's ExecStart, the checker of an env file), none after.
 
+Directories (``directories``) come first, compared and created the same way as the file layer makes a file's
+directory (opened component by component, no link followed where another user can write): a missing one is made
+with its mode, owner and group, as is each missing directory above it (like ``ansible.builtin.file``), and an
+existing one gets the mode, owner and group given. So a role's files and the directories they go in are one call.
+
 An env file (``compare: values``) also says whether its *values* changed - what systemd's
 ``EnvironmentFile=`` reads, parsed by the collection's one env-file reader (llama_env) - so a change to its
 comments alone is written without restarting the service that reads it.
@@ -26,9 +31,10 @@ import stat
 import tempfile
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import parse as parse_env
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_parent
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_dir, open_parent
 
 COMPARE = ('bytes', 'values')
+DIR_MODE = 0o755
 DIFF_MAX_BYTES = 256 * 1024
 
 
@@ -191,11 +197,92 @@ def write_one(spec, found):
         raise RenderError(str(exc))
 
 
-def converge(files, check_mode=False, want_diff=False, run=None):
-    """Compare every file, then validate and write each that would change, in order (nothing in check mode).
+def _describe_dir(mode, owner, group):
+    return 'directory %04o %s:%s\n' % (mode, owner, group)
 
-    Returns {changed, values_changed, files: {dest: {changed, values_changed, reasons, checksum}}, diff: [...]}.
+
+def compare_dir(spec):
+    """What making spec's directory would change: a dict with changed, reasons, and before/after for a diff."""
+    path = spec.get('path')
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise RenderError('directory %r must be an absolute path' % (path,))
+    mode = parse_mode(spec.get('mode'), path)
+    uid, gid = resolve_owner(spec)
+    try:
+        found = open_dir(os.path.normpath(path), 'directory', must_exist=False)
+    except FileRefused as exc:
+        raise RenderError(str(exc))
+    reasons = []
+    if found is None:
+        reasons.append('absent')
+        before = 'absent\n'
+        now_mode, now_uid, now_gid = DIR_MODE, os.geteuid(), os.getegid()
+    else:
+        with found:
+            now_mode, now_uid, now_gid = stat.S_IMODE(found.st.st_mode), found.st.st_uid, found.st.st_gid
+        before = _describe_dir(now_mode, now_uid, now_gid)
+        if mode is not None and now_mode != mode:
+            reasons.append('mode')
+        if uid is None or (uid != -1 and now_uid != uid):
+            reasons.append('owner')
+        if gid is None or (gid != -1 and now_gid != gid):
+            reasons.append('group')
+    # what it will be: the given values (a name that does not exist yet as given), else what it is or gets
+    after = _describe_dir(now_mode if mode is None else mode,
+                          spec.get('owner') if uid is None else (now_uid if uid == -1 else uid),
+                          spec.get('group') if gid is None else (now_gid if gid == -1 else gid))
+    return {'path': path, 'changed': bool(reasons), 'reasons': reasons, 'mode': mode, 'uid': uid, 'gid': gid,
+            'before': before, 'after': after}
+
+
+def _set_dir_attributes(path, mode, uid, gid):
+    with open_dir(path, 'directory') as handle:
+        if mode is not None and stat.S_IMODE(handle.st.st_mode) != mode:
+            os.fchmod(handle.fd, mode)
+        want_uid = -1 if uid == -1 or uid == handle.st.st_uid else uid
+        want_gid = -1 if gid == -1 or gid == handle.st.st_gid else gid
+        if want_uid != -1 or want_gid != -1:
+            os.fchown(handle.fd, want_uid, want_gid)
+
+
+def make_dir(spec, found):
+    """Create the directory (and each missing one above it, with the same mode, owner and group), then set them."""
+    path = os.path.normpath(spec['path'])
+    uid, gid = found['uid'], found['gid']
+    if uid is None or gid is None:
+        raise RenderError('%s: the owner %r or group %r does not exist on the host; create it first'
+                          % (path, spec.get('owner'), spec.get('group')))
+    mode = found['mode']
+    missing = []
+    here = path
+    while not os.path.lexists(here) and here != os.path.dirname(here):
+        missing.insert(0, here)
+        here = os.path.dirname(here)
+    try:
+        if missing:  # made under the umask: each gets its mode, owner and group set after
+            open_dir(path, 'directory', create_mode=DIR_MODE if mode is None else mode).close()
+        for here in missing or [path]:
+            _set_dir_attributes(here, DIR_MODE if mode is None and missing else mode, uid, gid)
+    except FileRefused as exc:
+        raise RenderError(str(exc))
+    except OSError as exc:
+        raise RenderError('%s: cannot set its mode, owner or group: %s' % (path, exc))
+
+
+def converge(files, check_mode=False, want_diff=False, run=None, directories=None):
+    """Compare every directory and file, then make each directory and validate and write each file that would
+    change, in order (nothing in check mode).
+
+    Returns {changed, values_changed, files: {dest: {changed, values_changed, reasons, checksum}},
+    directories: {path: {changed, reasons}}, diff: [...]}. A directory is no change of values.
     """
+    seen = set()
+    dirs = []
+    for spec in directories or []:
+        if spec.get('path') in seen:
+            raise RenderError('directory %s is given twice; each directory once' % spec.get('path'))
+        seen.add(spec.get('path'))
+        dirs.append(compare_dir(spec))
     seen = set()
     found = []
     for spec in files:
@@ -204,12 +291,21 @@ def converge(files, check_mode=False, want_diff=False, run=None):
         seen.add(spec.get('dest'))
         found.append(compare_one(spec, want_diff))
     pending = [(spec, f) for spec, f in zip(files, found) if f['changed']]
+    made = [(spec, d) for spec, d in zip(directories or [], dirs) if d['changed']]
     if not check_mode:
+        for spec, d in made:  # first: the files below may go into them
+            make_dir(spec, d)
         for spec, f in pending:  # in order: a unit's validate may need the launcher written just before it
             validate_one(spec, spec['content'], run)
             write_one(spec, f)
-    result = {'changed': bool(pending), 'values_changed': any(f['values_changed'] for f in found), 'files': {}}
+    result = {'changed': bool(pending or made), 'values_changed': any(f['values_changed'] for f in found),
+              'files': {}, 'directories': {}}
     diff = []
+    for d in dirs:
+        result['directories'][d['path']] = {'changed': d['changed'], 'reasons': d['reasons']}
+        if want_diff and d['changed']:
+            diff.append({'before': d['before'], 'after': d['after'],
+                         'before_header': d['path'], 'after_header': d['path']})
     for spec, f in zip(files, found):
         result['files'][f['dest']] = dict((k, f[k]) for k in ('changed', 'values_changed', 'reasons', 'checksum'))
         if want_diff and f['changed'] and f['before'] is not None:

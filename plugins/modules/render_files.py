@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: render_files
-short_description: Render a set of templates, compare, validate and write them in one round trip
+short_description: Make directories and render, compare, validate and write files in one round trip
 version_added: 0.1.0
 description:
   - The roles' one way to write the files a service reads. The action renders every O(files[].src) template
@@ -18,11 +18,14 @@ description:
     validates each file that would change on a private copy named like it (O(files[].validate)) and writes it.
     A refused file fails the task and stops the set there; the files before it stay written (a later file's
     validate may need them, like a unit's C(ExecStart)), nothing after it is.
+  - O(directories) are made first, in the same run - a missing one (and each missing directory above it, like
+    C(ansible.builtin.file)) with its O(directories[].mode), O(directories[].owner) and O(directories[].group), an
+    existing one brought to them - so a role's files and the directories they go in are one task.
   - Each file is written atomically by the collection's file layer (C(module_utils/regular_file.py)) - a new
     C(O_EXCL) temporary beside it, fsynced, renamed over it; no link is followed in a directory another user can
     write - with O(files[].owner), O(files[].group) and O(files[].mode).
-  - With O(known), a C(dankfleet.llm.host_state) result's C(paths) read earlier in the play, the files it shows
-    already as wanted are not sent, and when that is every file there is no round trip at all (a no-change
+  - With O(known), a C(dankfleet.llm.host_state) result's C(paths) read earlier in the play, the files and
+    directories it shows already as wanted are not sent, and when that is every file there is no round trip at all (a no-change
     re-run costs nothing on the host).
   - Returns per file whether it changed, and for an env file (O(files[].compare=values)) whether its values
     changed - a change to its comments alone is written but RV(values_changed) stays false, so a restart handler
@@ -31,13 +34,13 @@ author:
   - dankfleet engineers (@dankfleet)
 options:
   files:
-    description: The files, processed in this order.
+    description: The files, processed in this order (after O(directories)).
     type: list
     elements: dict
-    required: true
+    default: []
     suboptions:
       dest:
-        description: Absolute path on the host. Its directory must exist.
+        description: Absolute path on the host. Its directory must exist or be one of O(directories).
         type: path
         required: true
       src:
@@ -74,10 +77,36 @@ options:
         type: str
         choices: [bytes, values]
         default: bytes
+      item:
+        description:
+          - A value the template of this file reads as C(item), as in a loop - one template rendered into several
+            files in one task (one unit per device). Not sent to the host.
+        type: raw
+  directories:
+    description:
+      - Directories made before the files, in this order. A directory is no change of values (RV(values_changed)).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path on the host.
+        type: path
+        required: true
+      owner:
+        description: Owner name or uid; left as it is when not given (a new directory is then the remote user's).
+        type: str
+      group:
+        description: Group name or gid; left as it is when not given.
+        type: str
+      mode:
+        description: Permission bits, an octal string (C("0755")) or an integer; C(0755) for a new one when not given.
+        type: raw
   known:
     description:
       - A C(dankfleet.llm.host_state) result's C(paths), read earlier in the play. Files whose entry there already
-        has this content (sha1), mode, owner and group are not sent to the host. Leave it out when the files may
+        has this content (sha1), mode, owner and group, and directories whose entry is a directory with this mode,
+        owner and group, are not sent to the host. Leave it out when the files may
         have changed since that read.
     type: dict
 extends_documentation_fragment:
@@ -123,6 +152,15 @@ EXAMPLES = r'''
   register: __files
   changed_when: __files.values_changed
   notify: llama_server restart
+
+- name: A directory and the file in it, and one unit per device from one template (item), in one round trip
+  dankfleet.llm.render_files:
+    directories:
+      - {path: /etc/nftables.d, owner: root, group: root, mode: "0755"}
+    files:
+      - {src: allow.nft.j2, dest: /etc/nftables.d/allow.nft, owner: root, group: root, mode: "0644"}
+      - {src: rpc.service.j2, dest: /etc/systemd/system/rpc-50052.service, item: {device: Vulkan0, port: 50052}}
+      - {src: rpc.service.j2, dest: /etc/systemd/system/rpc-50053.service, item: {device: Vulkan1, port: 50053}}
 '''
 
 RETURN = r'''
@@ -154,8 +192,21 @@ files:
       type: str
   sample: {"/etc/llama-server/frank-medium.env": {"changed": true, "values_changed": false, "reasons": ["content"],
            "checksum": "5e1c309dae7f45e0f39b1bf3ac3cd9db12e7d689"}}
+directories:
+  description: Per O(directories[].path), what was found.
+  returned: always
+  type: dict
+  contains:
+    changed:
+      description: Whether this directory was made or changed (or would be).
+      type: bool
+    reasons:
+      description: What differed - C(absent), C(mode), C(owner), C(group).
+      type: list
+      elements: str
+  sample: {"/etc/nftables.d": {"changed": true, "reasons": ["absent"]}}
 round_trips:
-  description: Host round trips made, 0 when O(known) showed every file current.
+  description: Host round trips made, 0 when O(known) showed every file and directory current.
   returned: always
   type: int
 '''
@@ -168,7 +219,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            files=dict(type='list', elements='dict', required=True, options=dict(
+            files=dict(type='list', elements='dict', default=[], options=dict(
                 dest=dict(type='path', required=True),
                 src=dict(type='str'),
                 content=dict(type='str'),
@@ -178,6 +229,13 @@ def main():
                 mode=dict(type='raw'),
                 validate=dict(type='str'),
                 compare=dict(type='str', choices=['bytes', 'values'], default='bytes'),
+                item=dict(type='raw'),
+            )),
+            directories=dict(type='list', elements='dict', default=[], options=dict(
+                path=dict(type='path', required=True),
+                owner=dict(type='str'),
+                group=dict(type='str'),
+                mode=dict(type='raw'),
             )),
             known=dict(type='dict'),
         ),
@@ -188,7 +246,8 @@ def main():
         return module.run_command(command)
 
     try:
-        result = converge(module.params['files'], check_mode=module.check_mode, want_diff=module._diff, run=run)
+        result = converge(module.params['files'], check_mode=module.check_mode, want_diff=module._diff, run=run,
+                          directories=module.params['directories'])
     except RenderError as exc:
         module.fail_json(msg='dankfleet.llm.render_files: %s' % exc)
     result['round_trips'] = 1

@@ -83,20 +83,19 @@ def rendered(fleet):
     return fleet["frank-medium"]
 
 
-DIRS = "Create the directories"
 FILES = "Template the Prometheus rule file (promtool-validated) and the Grafana dashboard"
 
 
 def test_a_rerun_reads_once_and_writes_nothing_an_edit_is_put_back(tmp_path):
-    """The role's re-run cost: its one probe runs, the directories are skipped and render_files sends nothing
-    (no host round trip), since the probe finds each directory and file as the role leaves it (the action renders
-    what it wrote). An edited file is not current: it alone is sent, and put back."""
+    """The role's re-run cost: its one probe runs and render_files sends nothing (no host round trip), since the
+    probe finds each directory and file as the role leaves it (the action renders what it wrote). An edited file
+    is not current: it alone is sent, and put back."""
     first = render(tmp_path)
-    assert first[DIRS]["changed"] and first[FILES]["changed"] and first[FILES]["round_trips"] == 1
+    assert first[FILES]["changed"] and first[FILES]["round_trips"] == 1
+    assert [d["reasons"] for d in first[FILES]["directories"].values()] == [["absent"], ["absent"]]
     again = render(tmp_path)
     probe = again["Read promtool, the directories and the rendered files (one read-only probe)"]
     assert probe["commands"]["/usr/bin/promtool"] == "/usr/bin/promtool" and not probe["changed"]
-    assert again[DIRS].get("skipped") is True
     assert again[FILES]["round_trips"] == 0 and not again[FILES]["changed"]
     rules = tmp_path / "rules" / "frank-medium.rules.yml"
     dashboard = str(tmp_path / "dashboards" / "frank-medium.json")

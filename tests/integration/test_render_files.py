@@ -120,3 +120,58 @@ def test_a_refused_validate_fails_the_task_and_writes_nothing(tmp_path):
     assert run.returncode != 0
     assert "a.env: the validate command refused the new file" in run.stdout
     assert "CTX_SIZE=4096" in (tmp_path / "a.env").read_text()
+
+
+ITEMS_PLAY = """\
+- hosts: localhost
+  gather_facts: false
+  vars:
+    devices: [{device: CPU0, port: 50052}, {device: CPU1, port: 50053}]
+  tasks:
+    - name: probe
+      dankfleet.llm.host_state_info:
+        paths: ["{{ out }}/etc", "{{ out }}/etc/units", "{{ out }}/etc/units/a", "{{ out }}/etc/units/b"]
+      register: state
+    - name: render
+      dankfleet.llm.render_files:
+        known: "{{ state.paths }}"
+        directories:
+          - {path: "{{ out }}/etc", mode: "0750"}
+          - {path: "{{ out }}/etc/units", mode: "0755"}
+        files: >-
+          {{ dict(['a', 'b'] | map('regex_replace', '^', out ~ '/etc/units/') | zip(devices))
+             | dict2items(key_name='dest', value_name='item') | map('combine', {'src': 'unit.j2', 'mode': '0644'}) }}
+      register: rendered
+"""
+
+
+def test_directories_and_one_template_per_item_in_one_round_trip_then_none(tmp_path):
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "unit.j2").write_text("-d {{ item.device }} -p {{ item.port }}\n")
+    (tmp_path / "play.yml").write_text(ITEMS_PLAY)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+
+    def play(*extra):
+        run = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "play.yml",
+                              "-e", "out=%s" % tmp_path] + list(extra), env=env, cwd=tmp_path,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        tasks = json.loads(run.stdout)["plays"][0]["tasks"]
+        return {t["task"]["name"]: t["hosts"]["localhost"] for t in tasks}["render"]
+
+    checked = play("--check", "--diff")
+    assert checked["changed"] and not (tmp_path / "etc").exists()
+    assert checked["directories"][str(tmp_path / "etc")]["reasons"] == ["absent"]
+    first = play()
+    assert first["changed"] and first["round_trips"] == 1
+    assert (tmp_path / "etc" / "units" / "a").read_text() == "-d CPU0 -p 50052\n"
+    assert (tmp_path / "etc" / "units" / "b").read_text() == "-d CPU1 -p 50053\n"
+    assert oct(os.stat(str(tmp_path / "etc")).st_mode & 0o7777) == "0o750"
+    # the probe found every directory and file as wanted: nothing is sent
+    again = play()
+    assert not again["changed"] and again["round_trips"] == 0
+    assert again["directories"] == {str(tmp_path / "etc"): {"changed": False, "reasons": []},
+                                    str(tmp_path / "etc" / "units"): {"changed": False, "reasons": []}}

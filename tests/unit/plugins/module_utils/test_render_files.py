@@ -160,3 +160,71 @@ def test_an_old_env_file_that_is_not_text_has_no_values_and_a_mode_left_out_is_k
     result = converge([{'dest': str(path), 'content': ENV, 'compare': 'values'}], run=run)
     assert result['files'][str(path)]['reasons'] == ['content'] and result['values_changed']
     assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o600 and path.read_text() == ENV
+
+
+def directory(path, **extra):
+    item = {'path': str(path), 'owner': ME, 'mode': '0750'}
+    item.update(extra)
+    return item
+
+
+def test_directories_are_made_first_with_every_missing_parent_and_a_rerun_changes_nothing(tmp_path):
+    top, leaf = tmp_path / 'etc', tmp_path / 'etc' / 'llm'
+    dirs = [directory(leaf)]
+    files = [spec(leaf / 'a.env', ENV)]
+    first = converge(files, directories=dirs, run=run)
+    assert first['changed'] and first['directories'] == {str(leaf): {'changed': True, 'reasons': ['absent']}}
+    for made in (top, leaf):  # made under any umask, each with the mode given (like ansible.builtin.file)
+        assert stat.S_IMODE(os.stat(str(made)).st_mode) == 0o750
+    assert (leaf / 'a.env').read_text() == ENV
+    again = converge(files, directories=dirs, run=run)
+    assert not again['changed'] and again['directories'][str(leaf)] == {'changed': False, 'reasons': []}
+
+
+def test_an_existing_directory_gets_its_mode_and_a_directory_alone_is_no_change_of_values(tmp_path):
+    path = tmp_path / 'd'
+    path.mkdir()
+    os.chmod(str(path), 0o700)
+    result = converge([], directories=[directory(path, mode='0755', group=None)], run=run)
+    assert result['changed'] and not result['values_changed']
+    assert result['directories'][str(path)]['reasons'] == ['mode']
+    assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o755
+    assert not converge([], directories=[directory(path, mode=None)], run=run)['changed']  # no mode: kept
+
+
+def test_directories_in_check_mode_make_nothing_and_diff(tmp_path):
+    path = tmp_path / 'new' / 'd'
+    result = converge([spec(path / 'f', 'x\n')], directories=[directory(path, group='no-such-group-here')],
+                      check_mode=True, want_diff=True, run=run)
+    assert result['changed'] and not (tmp_path / 'new').exists()
+    assert result['directories'][str(path)]['reasons'] == ['absent']
+    assert result['files'][str(path / 'f')]['reasons'] == ['absent (its directory too)']
+    assert result['diff'][0] == {'before': 'absent\n', 'after': 'directory 0750 %s:no-such-group-here\n' % os.geteuid(),
+                                 'before_header': str(path), 'after_header': str(path)}
+    with pytest.raises(RenderError, match='does not exist on the host'):
+        converge([], directories=[directory(path, group='no-such-group-here')], run=run)
+    assert not (tmp_path / 'new').exists()
+
+
+@pytest.mark.parametrize('make, message', [
+    (lambda p: p.write_text('x'), 'not a directory'),
+    (lambda p: None, 'given twice'),
+])
+def test_a_file_where_a_directory_belongs_and_a_directory_given_twice_are_refused(tmp_path, make, message):
+    path = tmp_path / 'd'
+    make(path)
+    with pytest.raises(RenderError, match=message):
+        converge([], directories=[directory(path), directory(path)], run=run)
+
+
+def test_a_directory_is_not_made_through_a_link_another_user_can_change(tmp_path):
+    shared = tmp_path / 'shared'
+    shared.mkdir()
+    os.chmod(str(shared), 0o777)
+    (tmp_path / 'elsewhere').mkdir()
+    os.symlink(str(tmp_path / 'elsewhere'), str(shared / 'link'))
+    with pytest.raises(RenderError, match='symbolic link'):
+        converge([], directories=[directory(shared / 'link' / 'd')], run=run)
+    assert not (tmp_path / 'elsewhere' / 'd').exists()
+    with pytest.raises(RenderError, match='must be an absolute path'):
+        converge([], directories=[{'path': 'rel/d', 'mode': '0755'}], run=run)

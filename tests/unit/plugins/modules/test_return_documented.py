@@ -38,7 +38,8 @@ PATH_INFO = {"uid", "gid", "owner", "group", "mode", "state", "size", "secontext
 # Documented dicts keyed by a name the caller chose (a path, a user, a unit): ``contains`` describes each value.
 KEYED = {("host_state_info", "paths"), ("host_state_info", "users"), ("host_state_info", "groups"),
          ("host_state_info", "units"), ("host_state_info", "ports"), ("host_state_info", "commands"),
-         ("gpu_info", "gguf_files"), ("gguf_info", "files"), ("render_files", "files")}
+         ("gpu_info", "gguf_files"), ("gguf_info", "files"), ("render_files", "files"),
+         ("render_files", "directories")}
 
 
 def returns(name):
@@ -302,6 +303,8 @@ def c_render_files(tmp_path, capsys):
     yield run_module(capsys, render_files.main, files=files)
     files[0]["content"] = "# reworded\nCTX_SIZE=4096\n"
     yield run_module(capsys, render_files.main, files=files, _ansible_diff=True)
+    yield run_module(capsys, render_files.main, directories=[dict(path=str(tmp_path / "d" / "e"), mode="0755")],
+                     files=[dict(dest=str(tmp_path / "d" / "e" / "f"), content="x\n")], _ansible_diff=True)
 
 
 def c_spec_bench(tmp_path, capsys):

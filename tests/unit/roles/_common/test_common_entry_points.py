@@ -79,7 +79,7 @@ def test_the_role_is_used_and_every_call_names_an_entry_point_and_only_its_optio
         assert passed <= set(SPECS[name]['options']), (path, tasks_from, passed - set(SPECS[name]['options']))
 
 
-@pytest.mark.parametrize('role', ['llama_server', 'runtime_retire', 'llm_observability', 'llama_rpc_worker', 'llama_cpp_build'])
+@pytest.mark.parametrize('role', ['llama_server', 'runtime_retire', 'llama_cpp_build'])
 def test_the_roles_that_share_it_use_it(role):
     assert any(path.startswith('roles/%s/' % role) for path, _, _ in CALLERS)
 

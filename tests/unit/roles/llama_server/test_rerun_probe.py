@@ -82,7 +82,11 @@ def test_only_the_env_file_compares_values_and_the_narrative_notifies_nothing():
     assert [s['src'] for s in plan['dankfleet.llm.render_files']['files']] == ['llama-server.plan.txt.j2']
 
 
-def test_the_directories_are_skipped_by_what_the_probe_read():
+def test_the_directories_are_made_by_render_files_given_what_the_probe_read():
     common = load_yaml(role_file('_common', 'tasks', 'install.yml'))
     (directories,) = [t for t in common if t.get('name') == 'Create the directories']
-    assert any('_common_state[item.path]' in w and "state='directory'" in w for w in directories['when'])
+    args = directories['dankfleet.llm.render_files']
+    assert args['known'] == '{{ _common_state }}' and '_common_directories' in args['directories']
+    assert 'when' not in directories and 'loop' not in directories  # one call, the skip is the action's
+    (install,) = [t for t in _tasks('install.yml') if 'ansible.builtin.import_role' in t]
+    assert install['vars']['_common_state'] == '{{ _llama_server_paths_now }}'
