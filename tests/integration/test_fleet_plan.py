@@ -75,11 +75,12 @@ def plan_only(*extra):
 # (test_the_later_stages_looked_for_are_tasks_of_the_playbook): a name no task has can never appear.
 LATER_STAGES = (
     "dankfleet.llm.llama_cpp_build : Preflight | plan the release",
-    "dankfleet.llm.gguf_fetch : Fetch and verify each model file",
-    "dankfleet.llm.llama_server : Write the env file (validated by llama-env-check)",
+    "dankfleet.llm.gguf_fetch : Verify each model file",
+    "dankfleet.llm.llama_server : Write the env file, launcher and unit (each validated; a change of values restarts "
+    "the service)",
     "dankfleet.llm.runtime_retire : Check the runtimes to retire",
     "dankfleet.llm.llama_server : Enable the unit",
-    "dankfleet.llm.llm_observability : Template the Prometheus rule file (promtool-validated)",
+    "dankfleet.llm.llm_observability : Template the Prometheus rule file (promtool-validated) and the Grafana dashboard",
 )
 # a task the plan stage itself always prints: proves the header format the check relies on
 PLAN_TASK = "dankfleet.llm.llm_plan : Show the capacity table"
