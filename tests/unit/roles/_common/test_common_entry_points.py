@@ -107,10 +107,12 @@ def test_running_states_agree_with_runtime_retire():
 @pytest.mark.parametrize('entry', sorted(SPECS))
 def test_every_entry_point_checks_its_own_arguments_first(entry):
     """The callers import with rolespec_validate false (Ansible's check is tagged always), so each entry point's
-    first task checks its arguments against its own spec, under the tags the import gives it."""
+    first task after the guard against direct use checks its arguments against its own spec, under the tags the
+    import gives it."""
     tasks = _load(os.path.join(COMMON, 'tasks', entry + '.yml'))
-    check = tasks[0]['ansible.builtin.validate_argument_spec']
+    assert tasks[0].get('ansible.builtin.import_tasks') == 'guard/parent.yml'
+    check = tasks[1]['ansible.builtin.validate_argument_spec']
     assert check['argument_spec'] == "{{ _common_argument_specs['%s'].options }}" % entry
-    assert 'tags' not in tasks[0] and 'when' not in tasks[0]
+    assert not {'tags', 'when'} & (set(tasks[0]) | set(tasks[1]))
     variables = _load(os.path.join(COMMON, 'vars', 'main.yml'))
     assert "role_path ~ '/meta/argument_specs.yml'" in variables['_common_argument_specs']

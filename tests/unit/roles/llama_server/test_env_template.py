@@ -199,7 +199,7 @@ def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_pat
 
 def test_the_comments_say_where_each_value_came_from():
     # the preflight settles _llama_server_eff_origin from llm_plan: a value the planner chose says so even
-    # where a playbook handed the role the planner's number (what deploy_frank_medium.yml used to do)
+    # where a playbook handed the role the planner's number (what the deploy playbook used to do)
     planned = {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned'}
     text = narrative(llama_server_plan=PLAN, llama_server_tensor_split=[35, 30], llama_server_ctx_size=393216,
                      _llama_server_eff_origin=planned)
