@@ -17,6 +17,8 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import ARGUMENT_SPEC
+
 display = Display()
 
 MODULE_ARGS = ('log', 'format', 'label', 'results_file')
@@ -25,20 +27,12 @@ MODULE_ARGS = ('log', 'format', 'label', 'results_file')
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(MODULE_ARGS + ('wait', 'delay', 'timeout'))
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=dict(
-            log=dict(type='path'),
-            format=dict(type='str', required=True, choices=['build', 'fetch']),
-            label=dict(type='str'),
-            results_file=dict(type='path'),
-            wait=dict(type='float', default=0.0),
-            delay=dict(type='float'),
-            timeout=dict(type='float', default=86400.0),
-        ))
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         module_args = dict((k, args[k]) for k in MODULE_ARGS if args[k] is not None)
         if args['delay'] is None or not args['results_file']:
             # one read (the module alone)

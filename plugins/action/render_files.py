@@ -17,30 +17,13 @@ from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import HostStateError, is_current
+from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import ARGUMENT_SPEC
 
 try:  # ansible-core 2.19: the variables ansible.builtin.template adds (template_path, template_host, ...)
     from ansible._internal._templating import _template_vars
 except ImportError:  # pragma: no cover - older cores render without them
     _template_vars = None
 
-FILE_OPTIONS = dict(
-    dest=dict(type='path', required=True),
-    src=dict(type='str'),
-    content=dict(type='str'),
-    template=dict(type='bool', default=True),
-    owner=dict(type='str'),
-    group=dict(type='str'),
-    mode=dict(type='raw'),
-    validate=dict(type='str'),
-    compare=dict(type='str', choices=['bytes', 'values'], default='bytes'),
-    item=dict(type='raw'),
-)
-DIRECTORY_OPTIONS = dict(
-    path=dict(type='path', required=True),
-    owner=dict(type='str'),
-    group=dict(type='str'),
-    mode=dict(type='raw'),
-)
 SENT = ('dest', 'content', 'owner', 'group', 'mode', 'validate', 'compare')
 
 
@@ -91,11 +74,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=dict(
-            files=dict(type='list', elements='dict', default=[], options=FILE_OPTIONS),
-            directories=dict(type='list', elements='dict', default=[], options=DIRECTORY_OPTIONS),
-            known=dict(type='dict'),
-        ))
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         try:
             files = []
             for spec in args['files']:

@@ -22,6 +22,17 @@ import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
 
+# The options of dankfleet.llm.job_progress, one copy for the action (which polls with delay and timeout) and
+# the module (one read; a direct module run ignores delay and timeout).
+ARGUMENT_SPEC = dict(
+    log=dict(type='path'),
+    format=dict(type='str', required=True, choices=['build', 'fetch']),
+    label=dict(type='str'),
+    results_file=dict(type='path'),
+    wait=dict(type='float', default=0.0),
+    delay=dict(type='float'),
+    timeout=dict(type='float', default=86400.0),
+)
 TAIL_BYTES = 256 * 1024
 NINJA = re.compile(r'^\[(\d+)/(\d+)\]')
 MAKE = re.compile(r'^\[\s*(\d+)%\]')

@@ -42,6 +42,33 @@ class RenderError(Exception):
     """A file that cannot be compared, validated or written; the message names it and the fix."""
 
 
+# The options of dankfleet.llm.render_files, one copy for the action (which validates them on the controller)
+# and the module (which the action runs with what it rendered).
+FILE_OPTIONS = dict(
+    dest=dict(type='path', required=True),
+    src=dict(type='str'),
+    content=dict(type='str'),
+    template=dict(type='bool', default=True),
+    owner=dict(type='str'),
+    group=dict(type='str'),
+    mode=dict(type='raw'),
+    validate=dict(type='str'),
+    compare=dict(type='str', choices=['bytes', 'values'], default='bytes'),
+    item=dict(type='raw'),
+)
+DIRECTORY_OPTIONS = dict(
+    path=dict(type='path', required=True),
+    owner=dict(type='str'),
+    group=dict(type='str'),
+    mode=dict(type='raw'),
+)
+ARGUMENT_SPEC = dict(
+    files=dict(type='list', elements='dict', default=[], options=FILE_OPTIONS),
+    directories=dict(type='list', elements='dict', default=[], options=DIRECTORY_OPTIONS),
+    known=dict(type='dict'),
+)
+
+
 def sha1_text(text):
     return hashlib.sha1(text.encode('utf-8')).hexdigest()
 

@@ -134,21 +134,12 @@ eta_s:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import ProgressError, progress
+from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import ARGUMENT_SPEC, ProgressError, progress
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            log=dict(type="path"),
-            format=dict(type="str", required=True, choices=["build", "fetch"]),
-            label=dict(type="str"),
-            results_file=dict(type="path"),
-            wait=dict(type="float", default=0.0),
-            # the action's: it loops on them and sends only wait (a direct module run reads once)
-            delay=dict(type="float"),
-            timeout=dict(type="float", default=86400.0),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("format", "fetch", ("label",))],
         supports_check_mode=True,
     )

@@ -213,32 +213,12 @@ round_trips:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import RenderError, converge
+from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import ARGUMENT_SPEC, RenderError, converge
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            files=dict(type='list', elements='dict', default=[], options=dict(
-                dest=dict(type='path', required=True),
-                src=dict(type='str'),
-                content=dict(type='str'),
-                template=dict(type='bool', default=True),
-                owner=dict(type='str'),
-                group=dict(type='str'),
-                mode=dict(type='raw'),
-                validate=dict(type='str'),
-                compare=dict(type='str', choices=['bytes', 'values'], default='bytes'),
-                item=dict(type='raw'),
-            )),
-            directories=dict(type='list', elements='dict', default=[], options=dict(
-                path=dict(type='path', required=True),
-                owner=dict(type='str'),
-                group=dict(type='str'),
-                mode=dict(type='raw'),
-            )),
-            known=dict(type='dict'),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
 
