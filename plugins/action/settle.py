@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - older cores template every string
         return value
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import settle as settle_utils
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import serve_shape
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 # what the step reads whether or not the inventory sets it (the roles' defaults fill the rest)
@@ -74,7 +75,7 @@ def _collection(loader):
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(('placeholders', 'strict'))
+    _VALID_ARGS = frozenset(('placeholders', 'strict', 'plan'))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -84,6 +85,7 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=dict(
             placeholders=dict(type='str', default='refuse', choices=['refuse', 'list']),
             strict=dict(type='bool', default=True),
+            plan=dict(type='dict'),
         ))
         options, defaults, published = _collection(self._loader)
         host = task_vars.get('inventory_hostname', 'this host')
@@ -125,6 +127,15 @@ class ActionModule(ActionBase):
         unreadable = [settle_utils.Problem(', '.join(names), '%s cannot be read: %s' % (', '.join(names), cause))
                       for cause, names in sorted(by_cause.items())]
         problems = unreadable + out.pop('problems')
+        if args['plan'] is not None:
+            # the serve role's reading of the plan (llm_plan): refused first, as that, when it cannot be served
+            serve = out['serve']
+            devices = values.get('llama_server_devices')
+            shape, refused = serve_shape(serve['tensor_split'], serve['ctx_size'], serve['cache_ram'], args['plan'],
+                                         parallel=serve['parallel'],
+                                         devices=devices if isinstance(devices, list) else None)
+            out['shape'] = shape
+            problems = [settle_utils.Problem(p.variable, p.message) for p in refused] + problems
         unknown = [p for p in problems if p.kind == 'unknown']
         if not args['strict']:
             for p in unknown:

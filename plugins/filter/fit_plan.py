@@ -30,7 +30,7 @@ description:
     facts, a negative O(serve.ctx_size)) fails the task with a message naming the field. A plan that
     does not fit, or breaks a speculative-decoding or cache-ram rule, is returned with O(fits=false) and the
     reasons in RV(_value.errors).
-positional: model, serve, drafter, mmproj, host_ram_bytes
+positional: model, serve, drafter, mmproj, host_ram_bytes, names
 options:
   _input:
     description:
@@ -150,6 +150,14 @@ options:
   host_ram_bytes:
     description: The host's RAM, for the cache-ram limit (half of it).
     type: int
+  names:
+    description:
+      - How messages (a refusal, RV(_value.errors), RV(_value.warnings)) name a setting - V(serve) by this filter's
+        own fields (C(serve.ctx_size)), V(inventory) by the variables an operator edits (C(llama_server_ctx_size),
+        C(dankfleet_plan_floor_bytes)), as the C(dankfleet.llm.llm_plan) role plans.
+    type: str
+    choices: [serve, inventory]
+    default: serve
 author:
   - dankfleet engineers (@dankfleet)
 """
@@ -244,26 +252,33 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import inventory_names
 except ImportError:  # pragma: no cover - only when the collection is not on the path
-    FitPlanError = plan = None
+    FitPlanError = plan = inventory_names = None
 
 
-def fit_plan(gpus, model=None, serve=None, drafter=None, mmproj=None, host_ram_bytes=None):
+def fit_plan(gpus, model=None, serve=None, drafter=None, mmproj=None, host_ram_bytes=None, names="serve"):
     if plan is None:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: plugins/module_utils/fit_plan.py could not be imported")
     if model is None:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: model= is missing (the result of dankfleet.llm.gguf_info)")
     if serve is None:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: serve= is missing (backend, ctx_size, parallel, ...)")
+    if names not in ("serve", "inventory"):
+        raise AnsibleFilterError("dankfleet.llm.fit_plan: names is serve or inventory, got %r" % (names,))
+    rename = inventory_names if names == "inventory" else (lambda text: text)
     try:
-        return plan(gpus, model, serve, drafter=drafter, mmproj=mmproj, host_ram_bytes=host_ram_bytes)
+        result = plan(gpus, model, serve, drafter=drafter, mmproj=mmproj, host_ram_bytes=host_ram_bytes)
     except FitPlanError as exc:
-        raise AnsibleFilterError("dankfleet.llm.fit_plan: %s" % exc)
+        raise AnsibleFilterError("dankfleet.llm.fit_plan: %s" % rename(str(exc)))
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, OverflowError, IndexError,
             RecursionError) as exc:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: malformed input (%s: %s); pass gpu_facts/gguf_info results "
                                  "and a serve dict as documented (ansible-doc -t filter dankfleet.llm.fit_plan)"
                                  % (type(exc).__name__, exc))
+    for key in ("errors", "warnings"):
+        result[key] = [rename(m) for m in result[key]]
+    return result
 
 
 class FilterModule(object):

@@ -146,7 +146,7 @@ notes:
 EXAMPLES = r'''
 - name: Record plan vs actual after the gate
   dankfleet.llm.plan_actual:
-    plan: "{{ llama_server_plan }}"
+    plan: "{{ llm_plan.fit }}"
     backend: hip
     service: llama-server.service
     env_file: /etc/llama-server/llama-server.env

@@ -41,6 +41,13 @@ options:
     description: Refuse an unknown name (V(false) - warn about it; a role imported alone settles its own inputs so).
     type: bool
     default: true
+  plan:
+    description:
+      - The serve role's reading of a plan - the result the C(dankfleet.llm.llm_plan) role publishes (C(llm_plan);
+        V({}) when no plan ran). Given, the step also refuses a plan with errors, one that does not fit, and one made
+        for another split, context or cache-ram than the host's C(llama_server_*) values, and returns RV(shape).
+      - The logic lives in C(plugins/module_utils/plan_result.py).
+    type: dict
 extends_documentation_fragment:
   - dankfleet.llm.attributes
   - dankfleet.llm.attributes.platform
@@ -102,6 +109,15 @@ placeholders:
   returned: always
   type: list
   elements: dict
+shape:
+  description:
+    - With O(plan) - what the env file carries - C(tensor_split), C(ctx_size), C(cache_ram) (the plan's where the
+      inventory left them open, the pinned ones where it set them, the configured ones when no plan ran) and
+      C(origin) (C(pinned), C(planned) or C(open)) of each.
+  returned: when O(plan) is given
+  type: dict
+  sample: {tensor_split: [35, 30], ctx_size: 393216, cache_ram: 16384,
+           origin: {tensor_split: pinned, ctx_size: pinned, cache_ram: planned}}
 problems:
   description: Every problem (C(variable), C(msg)); the task fails when there is one.
   returned: always

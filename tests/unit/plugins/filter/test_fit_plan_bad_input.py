@@ -186,3 +186,26 @@ def test_filter_through_ansible_has_no_traceback(tmp_path):
     assert out.returncode != 0
     assert "dankfleet.llm.fit_plan: gpus: no usable GPU" in text
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("serve,field,variable", [
+    (dict(SERVE, cache_type_k="q9"), "serve.cache_type_k", "llama_server_cache_type_k"),
+    (dict(SERVE, tensor_split=[1, 2, 3]), "serve.tensor_split", "llama_server_tensor_split"),
+    (dict(SERVE, spec_type=["draft-nope"]), "serve.spec_type", "llama_server_spec_type"),
+])
+def test_the_role_reads_a_refusal_in_the_names_the_operator_edits(serve, field, variable):
+    with pytest.raises(AnsibleFilterError, match=field.replace(".", r"\.")):
+        fit_plan_filter(lib.r9700s(), MODEL, serve)
+    with pytest.raises(AnsibleFilterError) as exc:
+        fit_plan_filter(lib.r9700s(), MODEL, serve, names="inventory")
+    assert variable in str(exc.value) and "serve." not in str(exc.value)
+
+
+def test_a_plan_that_does_not_fit_names_inventory_variables_when_asked():
+    serve = dict(SERVE, tensor_split=[35, 30], ctx_size=4 * 1048576, floor_bytes=2 * GIB)
+    assert any("serve.ctx_size" in e for e in fit_plan_filter(lib.r9700s(), MODEL, serve)["errors"])
+    errors = fit_plan_filter(lib.r9700s(), MODEL, serve, names="inventory")["errors"]
+    assert errors and not any("serve." in e for e in errors)
+    assert any("llama_server_ctx_size" in e and "dankfleet_plan_floor_bytes" in e for e in errors)
+    with pytest.raises(AnsibleFilterError, match="names is serve or inventory"):
+        fit_plan_filter(lib.r9700s(), MODEL, serve, names="yaml")

@@ -138,6 +138,7 @@ def c_settle(tmp_path, capsys):
     given = ["-e", "llama_server_model_path=/m/t.gguf"]
     yield _adhoc("settle", {"placeholders": "list"}, given)
     yield _adhoc("settle", {}, given + ["--check"])
+    yield _adhoc("settle", {"placeholders": "list", "plan": {}}, given)    # the serve role's reading: shape
     refused = _adhoc("settle", {}, given + ["-e", "llama_server_ctx_sise=4096"])
     assert refused.get("failed") and "llama_server_ctx_size" in refused["msg"], refused
     yield refused

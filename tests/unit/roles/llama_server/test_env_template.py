@@ -55,7 +55,7 @@ def narrative(**overrides):
 
 
 def test_the_file_passes_its_own_checker_and_carries_every_tunable():
-    text, values, problems = rendered(llama_server_plan=PLAN)
+    text, values, problems = rendered(_llama_server_plan=PLAN)
     assert problems == []
     reasons = __import__('yaml').safe_load(open(role_file('llama_server', 'vars', 'main.yml')))['_llama_server_env_reasons']
     assert set(values) == set(reasons) - {'LLAMA_API_KEY'}
@@ -69,7 +69,7 @@ def test_the_file_passes_its_own_checker_and_carries_every_tunable():
 
 
 def test_the_plan_is_written_beside_the_env_file():
-    text = narrative(llama_server_plan=PLAN)
+    text = narrative(_llama_server_plan=PLAN)
     comments = [line for line in text.splitlines() if line.startswith('#')]
     joined = '\n'.join(comments)
     assert '# fits: True. Split 35:30 over' in joined
@@ -80,13 +80,13 @@ def test_the_plan_is_written_beside_the_env_file():
     assert '#   per token: 65536 B KV + 4096 B draft KV = 69632 B' in comments
     assert '#   one full slot: 196608 tokens x 69632 B + 151.0 MiB recurrent + 0.0 MiB window = 12.90 GiB' in comments
     assert '#   CACHE_RAM 16384 MiB stores ~246723 tokens: it holds one full slot' in comments
-    text = narrative(llama_server_plan=PLAN, _llama_server_eff_cache_ram=8192)
+    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_cache_ram=8192)
     assert '#   CACHE_RAM 8192 MiB stores ~123361 tokens: it CANNOT hold one full slot' in text
     assert [c for c in comments if 'rope' in c and c.startswith('# - ')]
 
 
 def test_the_env_file_holds_no_narrative_only_arithmetic_of_its_own_values():
-    text, values, problems = rendered(llama_server_plan=PLAN)
+    text, values, problems = rendered(_llama_server_plan=PLAN)
     assert problems == []
     for narrative_line in ('fits:', 'per device (GiB)', 'Cache-ram law', 'Warnings', 'candidate splits', 'rope',
                            'Why this split', '1.27', '4.19', '12.90'):
@@ -102,19 +102,19 @@ def test_a_new_narrative_leaves_the_env_file_byte_identical():
     reworded = dict(PLAN, warnings=['rope: positions past the trained window extrapolate (reworded)'],
                     table=PLAN['table'] + '\n36,29  0.50       2.60       2.10', gap_bytes=1, fits='yes',
                     devices=[dict(d, free_bytes=d['free_bytes'] / 2) for d in PLAN['devices']])
-    assert rendered(llama_server_plan=PLAN)[0] == rendered(llama_server_plan=reworded)[0] == \
-        rendered(llama_server_plan={})[0]
-    assert narrative(llama_server_plan=PLAN) != narrative(llama_server_plan=reworded)
+    assert rendered(_llama_server_plan=PLAN)[0] == rendered(_llama_server_plan=reworded)[0] == \
+        rendered(_llama_server_plan={})[0]
+    assert narrative(_llama_server_plan=PLAN) != narrative(_llama_server_plan=reworded)
     # a value does change it
-    assert rendered(llama_server_plan=PLAN)[0] != rendered(llama_server_plan=PLAN, _llama_server_eff_cache_ram=8192)[0]
+    assert rendered(_llama_server_plan=PLAN)[0] != rendered(_llama_server_plan=PLAN, _llama_server_eff_cache_ram=8192)[0]
 
 
 def test_a_pinned_split_says_so_and_no_plan_says_so():
-    text = narrative(llama_server_plan=PLAN, llama_server_tensor_split=[35, 30])
+    text = narrative(_llama_server_plan=PLAN, llama_server_tensor_split=[35, 30])
     assert 'Why this split: pinned by the inventory' in text
-    text = narrative(llama_server_plan={})
+    text = narrative(_llama_server_plan={})
     assert 'No plan was given' in text and 'per device (GiB)' not in text
-    assert rendered(llama_server_plan={})[2] == []
+    assert rendered(_llama_server_plan={})[2] == []
 
 
 @pytest.mark.parametrize('key', ['plain-key', "it's a $key with \"quotes\" and \\ and `ticks`", 'sk-ABC/+=='])
@@ -181,14 +181,14 @@ def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_pat
                   host_ram_bytes=8 * 1073741824)
     assert result['fits'], result['errors']
     text, values, problems = rendered(
-        llama_server_plan=result, llama_server_spec_type=['draft-mtp'], llama_server_devices=['RPC0', 'RPC1'],
+        _llama_server_plan=result, llama_server_spec_type=['draft-mtp'], llama_server_devices=['RPC0', 'RPC1'],
         _llama_server_eff_tensor_split=result['tensor_split'], _llama_server_eff_ctx_size=result['ctx_size'],
         _llama_server_eff_cache_ram=result['cache_ram_mib'])
     assert problems == []
     assert values['TENSOR_SPLIT'] == ','.join(str(x) for x in result['tensor_split'])
     assert values['CACHE_RAM'] == str(result['cache_ram_mib'])
     comments = narrative(
-        llama_server_plan=result, llama_server_spec_type=['draft-mtp'], llama_server_devices=['RPC0', 'RPC1'],
+        _llama_server_plan=result, llama_server_spec_type=['draft-mtp'], llama_server_devices=['RPC0', 'RPC1'],
         _llama_server_eff_tensor_split=result['tensor_split'], _llama_server_eff_ctx_size=result['ctx_size'],
         _llama_server_eff_cache_ram=result['cache_ram_mib']).splitlines()
     assert [c for c in comments if c.startswith('# RPC0 ')] and [c for c in comments if c.startswith('# RPC1 ')]
@@ -201,21 +201,21 @@ def test_the_comments_say_where_each_value_came_from():
     # the preflight settles _llama_server_eff_origin from llm_plan: a value the planner chose says so even
     # where a playbook handed the role the planner's number (what the deploy playbook used to do)
     planned = {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned'}
-    text = narrative(llama_server_plan=PLAN, llama_server_tensor_split=[35, 30], llama_server_ctx_size=393216,
+    text = narrative(_llama_server_plan=PLAN, llama_server_tensor_split=[35, 30], llama_server_ctx_size=393216,
                      _llama_server_eff_origin=planned)
     assert 'pinned by the inventory' not in text
     assert "Why this split: the planner's balanced split" in text
     assert 'Why this ctx: the largest the planner found to fit' in text
     assert "Why this cache-ram: the planner's cap" in text
     pinned = {'tensor_split': 'pinned', 'ctx_size': 'pinned', 'cache_ram': 'pinned'}
-    text = narrative(llama_server_plan=PLAN, _llama_server_eff_origin=pinned)
+    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_origin=pinned)
     assert 'Why this split: pinned by the inventory (llama_server_tensor_split)' in text
     assert 'Why this ctx: pinned by the inventory (llama_server_ctx_size)' in text
     assert 'Why this cache-ram: pinned by the inventory (llama_server_cache_ram)' in text
 
 
 def test_an_llm_plan_that_has_not_planned_says_why():
-    text = narrative(llama_server_plan={}, llama_server_llm_plan={
+    text = narrative(_llama_server_plan={}, llama_server_llm_plan={
         'planned': False, 'cannot_plan': 'the payload is still a placeholder', 'origin': {}})
     assert 'No plan was given' in text
     assert '# llm_plan has not planned yet: the payload is still a placeholder.' in text

@@ -1,0 +1,276 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dankfleet engineers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan as the operator reads it and the serve role takes it: ONE result (``llm_plan``), built here.
+
+Plain Python (no Ansible import), unit-tested like fit_plan:
+
+* ``fit_serve``: the ``serve`` dict fit_plan sizes, from the settled ``llama_server_*`` values (``[]`` / ``0`` /
+  ``auto`` leave the split, the context and the cache-ram to the planner) and the plan's floor and lean;
+* ``inventory_names``: fit_plan's messages name its own ``serve.*`` fields; the operator edits inventory
+  variables, so every published error and warning names those (``serve.ctx_size`` -> ``llama_server_ctx_size``,
+  ``floor_bytes`` -> ``dankfleet_plan_floor_bytes``);
+* ``plan_result``: the planned part of ``llm_plan`` -- the split, context and cache-ram to serve with, where
+  each came from (``pinned`` by the inventory, ``planned`` by the planner), the fit, the capacity table;
+* ``serve_shape``: the serve role's reading of that result -- refused when the plan has errors, does not fit,
+  or was made for another split/context/cache-ram than the role's own values; else the values the env file
+  carries, with their origin.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import copy
+import re
+
+GIB = 1073741824
+# without a plan, --cache-ram keeps llama.cpp's own default
+DEFAULT_CACHE_RAM_MIB = 8192
+
+# fit_plan's serve field -> the variable the operator edits
+INVENTORY_NAMES = {
+    "backend": "llama_server_backend", "split_mode": "llama_server_split_mode",
+    "tensor_split": "llama_server_tensor_split", "ctx_size": "llama_server_ctx_size",
+    "parallel": "llama_server_parallel", "batch_size": "llama_server_batch_size",
+    "ubatch_size": "llama_server_ubatch_size", "cache_type_k": "llama_server_cache_type_k",
+    "cache_type_v": "llama_server_cache_type_v", "flash_attn": "llama_server_flash_attn",
+    "spec_type": "llama_server_spec_type", "spec_draft_n_max": "llama_server_spec_draft_n_max",
+    "draft_device": "llama_server_spec_draft_device", "cache_ram_mib": "llama_server_cache_ram",
+    "floor_bytes": "dankfleet_plan_floor_bytes", "lean_layers": "dankfleet_plan_lean_layers",
+}
+_SERVE_FIELD = re.compile(r"\bserve\.([a-z_]+)")
+# a field named bare in a hint ("lower floor_bytes", "cache_type_k/v q8_0"), never part of a longer name
+_BARE_FIELD = re.compile(r"(?<![\w.])(floor_bytes|lean_layers|cache_type_k/v|ctx_size|cache_ram_mib)(?![\w])")
+
+
+class PlanProblem(object):
+    """One refusal of the serve role: the variable behind it and the message."""
+
+    def __init__(self, variable, message):
+        self.variable, self.message = variable, message
+
+    def __repr__(self):
+        return "PlanProblem(%r, %r)" % (self.variable, self.message)
+
+
+def inventory_names(text):
+    """fit_plan's text with every serve field it names replaced by the inventory variable the operator edits."""
+    if not isinstance(text, str):
+        return text
+
+    def field(match):
+        return INVENTORY_NAMES.get(match.group(1), match.group(0))
+
+    def bare(match):
+        name = match.group(1)
+        if name == "cache_type_k/v":
+            return "llama_server_cache_type_k/v"
+        return INVENTORY_NAMES[name]
+
+    return _BARE_FIELD.sub(bare, _SERVE_FIELD.sub(field, text))
+
+
+def _pinned(serve):
+    """{tensor_split, ctx_size, cache_ram: bool}: which of the three the inventory set. Reads both shapes: the
+    settled serve values ([] / 0 / auto open) and fit_plan's serve dict (auto / max / auto open)."""
+    split = serve.get("tensor_split")
+    ctx = serve.get("ctx_size")
+    cache = serve.get("cache_ram", serve.get("cache_ram_mib"))
+    return {
+        "tensor_split": isinstance(split, (list, tuple)) and len(split) > 0,
+        "ctx_size": _int_like(ctx) and int(ctx) > 0,
+        "cache_ram": cache is not None and str(cache) != "auto",
+    }
+
+
+def _int_like(value):
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and re.match(r"^[+-]?[0-9]+$", value.strip()) is not None
+
+
+def _share(value):
+    """A tensor-split share as llama.cpp reads it: whole numbers as ints, the rest as floats."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def fit_serve(serve, floor_bytes=0, lean_layers=0):
+    """fit_plan's serve dict from the settled llama_server_* values (dankfleet_settled.serve, llm_plan_serve)."""
+    pinned = _pinned(serve)
+    out = {
+        "backend": serve.get("backend"),
+        "split_mode": serve.get("split_mode") or "layer",
+        "tensor_split": [_share(s) for s in serve["tensor_split"]] if pinned["tensor_split"] else "auto",
+        "ctx_size": int(serve["ctx_size"]) if pinned["ctx_size"] else "max",
+        "parallel": int(serve.get("parallel") or 1),
+        "batch_size": int(serve.get("batch_size") or 2048),
+        "ubatch_size": int(serve.get("ubatch_size") or 512),
+        "cache_type_k": serve.get("cache_type_k") or "f16",
+        "cache_type_v": serve.get("cache_type_v") or "f16",
+        "flash_attn": serve.get("flash_attn", "on"),
+        "spec_type": list(serve.get("spec_type") or []),
+        "spec_draft_n_max": int(serve.get("spec_draft_n_max") or 3),
+        "floor_bytes": int(floor_bytes or 0),
+        "lean_layers": int(lean_layers or 0),
+        "cache_ram_mib": serve.get("cache_ram", serve.get("cache_ram_mib", "auto")),
+    }
+    if serve.get("spec_draft_device") not in (None, ""):
+        out["draft_device"] = serve["spec_draft_device"]
+    if out["cache_ram_mib"] is None:
+        out["cache_ram_mib"] = "auto"
+    return out
+
+
+def _gib(n):
+    return "%.2f" % (n / float(GIB))
+
+
+def plan_result(fit, serve, host="this host", reads="host"):
+    """The planned part of llm_plan from fit_plan's result and the serve settings it sized (either shape).
+
+    Returns {planned, fits, reads, fit (messages in inventory names), devices, floor_bytes, tensor_split,
+    ctx_size, cache_ram, origin, capacity {fits, summary, lines}}."""
+    fit = copy.deepcopy(fit or {})
+    for key in ("errors", "warnings"):
+        fit[key] = [inventory_names(m) for m in fit.get(key) or []]
+    if isinstance(fit.get("drafter_unused"), str):
+        fit["drafter_unused"] = inventory_names(fit["drafter_unused"])
+    pinned = _pinned(serve)
+    devices = fit.get("devices") or []
+    floor = int(fit.get("floor_bytes") or 0)
+    fits = bool(fit.get("fits"))
+    several = len(devices) > 1
+    if several:
+        split = ":".join(str(s) for s in fit.get("tensor_split") or [])
+    else:
+        split = "none - one %s" % (devices[0]["name"] if devices else "device")
+    context = str(fit.get("ctx_size", "-"))
+    parallel = int(fit.get("parallel") or 1)
+    if parallel > 1:
+        context += " (%d x %s)" % (parallel, fit.get("ctx_per_slot", "-"))
+    if not fits:
+        binding = "does not fit - " + "; ".join(fit["errors"])
+    elif devices:
+        tight = min(devices, key=lambda d: d["free_bytes"])
+        binding = "%s: %s GiB free, %s GiB above the %s GiB floor" % (
+            tight["name"], _gib(tight["free_bytes"]), _gib(tight["free_bytes"] - floor), _gib(floor))
+    else:
+        binding = "no device"
+    cache_mib = fit.get("cache_ram_mib")
+    backend = serve.get("backend", "?")
+    lines = [
+        "capacity of %s (%s profile, headers %s)" % (
+            host, backend, "recorded on the controller" if reads == "recorded" else "read on the host"),
+        "split: %s%s" % (split, " (%s)" % (serve.get("split_mode") or "layer") if several else ""),
+        "context: %s, cache-ram %s MiB" % (context, "-" if cache_mib is None else cache_mib),
+    ]
+    lines += ["card %s: %s layers, %s GiB free of %s GiB" % (d["name"], d.get("layers", "?"), _gib(d["free_bytes"]),
+                                                            _gib(d["vram_total_bytes"])) for d in devices]
+    lines.append("binding: " + binding)
+    if pinned["tensor_split"]:
+        tensor_split = [_share(s) for s in serve["tensor_split"]]
+    else:
+        tensor_split = [_share(s) for s in fit.get("tensor_split") or []] if several else []
+    if pinned["ctx_size"]:
+        ctx_size = int(serve["ctx_size"])
+    else:
+        ctx_size = int(fit.get("ctx_size") or 0)
+    if pinned["cache_ram"]:
+        cache_ram = int(serve.get("cache_ram", serve.get("cache_ram_mib")))
+    else:
+        cache_ram = "auto" if cache_mib is None else int(cache_mib)
+    return {
+        "planned": True,
+        "fits": fits,
+        "reads": reads,
+        "fit": fit,
+        "devices": [d["name"] for d in devices],
+        "floor_bytes": floor,
+        "tensor_split": tensor_split,
+        "ctx_size": ctx_size,
+        "cache_ram": cache_ram,
+        "origin": dict((k, "pinned" if v else "planned") for k, v in pinned.items()),
+        "capacity": {
+            "fits": fits,
+            "summary": "%s: %s - split %s, context %s, binding %s" % (
+                host, "fits" if fits else "DOES NOT FIT", split, context, binding),
+            "lines": lines,
+        },
+    }
+
+
+def _same(key, here, there):
+    if key == "tensor_split":
+        try:
+            return [float(x) for x in here] == [float(x) for x in there or []]
+        except (TypeError, ValueError):
+            return False
+    if key == "ctx_size":
+        return _int_like(there) and int(here) == int(there)
+    return str(here) == str(there)
+
+
+def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
+    """The serve role's reading of llm_plan for its own llama_server_tensor_split / _ctx_size / _cache_ram.
+
+    Returns (shape, problems): shape {tensor_split, ctx_size, cache_ram, origin} is what the env file carries --
+    the plan's value where the inventory left it open, the pinned one where it set it, the configured one when
+    no plan ran (origin open); problems lists why this plan cannot be served (errors, does not fit, made for
+    another shape) and a shape llama.cpp would not run as given (a context that does not divide over the slots,
+    a split with a share per device other than llama_server_devices)."""
+    plan = llm_plan or {}
+    fit = plan.get("fit") or {}
+    problems = []
+    mine = _pinned({"tensor_split": split, "ctx_size": ctx_size, "cache_ram": cache_ram})
+    if fit:
+        if fit.get("errors"):
+            problems.append(PlanProblem("llama_server_llm_plan", "the planner rejected this configuration: "
+                                        + " | ".join(str(e) for e in fit["errors"])))
+        elif not fit.get("fits"):
+            problems.append(PlanProblem("llama_server_llm_plan", "the planner says this does not fit (fits: false):\n"
+                                        + str(fit.get("table") or "(no table)")))
+    if plan:
+        origin = plan.get("origin") or {}
+        here = {"tensor_split": split, "ctx_size": ctx_size, "cache_ram": cache_ram}
+        differ = [k for k in ("tensor_split", "ctx_size", "cache_ram")
+                  if mine[k] != (origin.get(k) == "pinned") or (mine[k] and not _same(k, here[k], plan.get(k)))]
+        if differ:
+            problems.append(PlanProblem(", ".join("llama_server_" + k for k in differ), (
+                "The plan was not made for this shape: %s %s here, but the plan has %s (%s). Pass the serve role the "
+                "same llama_server_* values the llm_plan role planned with (pinned to the same number, or [] / 0 / "
+                "auto where the plan chose), or plan again with these. Nothing was changed.") % (
+                ", ".join("llama_server_" + k for k in differ), " / ".join(str(here[k]) for k in differ),
+                " / ".join(str(plan.get(k)) for k in differ), " / ".join(str(origin.get(k)) for k in differ))))
+        shape = {
+            "tensor_split": list(plan.get("tensor_split") or []),
+            "ctx_size": int(plan["ctx_size"]) if _int_like(plan.get("ctx_size")) else 0,
+            "origin": dict(origin) or dict((k, "pinned" if v else "open") for k, v in mine.items()),
+        }
+        planned_cache = plan.get("cache_ram")
+        if planned_cache is not None and str(planned_cache) != "auto":
+            shape["cache_ram"] = int(planned_cache)
+        elif mine["cache_ram"] and _int_like(cache_ram):
+            shape["cache_ram"] = int(cache_ram)
+        else:
+            shape["cache_ram"] = int(fit["cache_ram_mib"]) if fit.get("cache_ram_mib") is not None else DEFAULT_CACHE_RAM_MIB
+    else:
+        shape = {
+            "tensor_split": list(split) if isinstance(split, (list, tuple)) else [],
+            "ctx_size": int(ctx_size) if _int_like(ctx_size) else 0,
+            "cache_ram": int(cache_ram) if mine["cache_ram"] and _int_like(cache_ram) else DEFAULT_CACHE_RAM_MIB,
+            "origin": dict((k, "pinned" if v else "open") for k, v in mine.items()),
+        }
+    # a value the inventory pinned is checked by the settle step itself (settle.serve_problems)
+    if not mine["ctx_size"] and _int_like(parallel) and int(parallel) > 0 and shape["ctx_size"] % int(parallel):
+        problems.append(PlanProblem("llama_server_ctx_size", (
+            "the context %d does not divide over llama_server_parallel %d slots (llama.cpp rounds the pool down): "
+            "set llama_server_ctx_size to a multiple of %d, or plan again") % (shape["ctx_size"], int(parallel),
+                                                                               int(parallel))))
+    if not mine["tensor_split"] and devices and shape["tensor_split"] and len(devices) != len(shape["tensor_split"]):
+        problems.append(PlanProblem("llama_server_tensor_split", (
+            "the split %s needs one share per device of llama_server_devices %s: give one share per device, or "
+            "plan again") % (shape["tensor_split"], list(devices))))
+    return shape, problems

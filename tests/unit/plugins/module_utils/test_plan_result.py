@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+"""The one plan result (plugins/module_utils/plan_result.py): what llm_plan publishes from a fit, and the serve
+role's reading of it - the same result, one input; messages in the names the operator edits."""
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import re
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ansible_collections.dankfleet.llm.plugins.module_utils import plan_result as pr
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+
+MODEL = lib.fixture("frank_medium")
+GIB = lib.GIB
+# the production shape as the settle step hands it over (dankfleet_settled.serve)
+SETTLED = {'backend': 'hip', 'split_mode': 'layer', 'tensor_split': [], 'ctx_size': 0, 'cache_ram': 'auto',
+           'parallel': 2, 'batch_size': 6144, 'ubatch_size': 512, 'cache_type_k': 'f16', 'cache_type_v': 'f16',
+           'flash_attn': 'on', 'spec_type': ['draft-mtp'], 'spec_draft_n_max': 3, 'spec_draft_device': '',
+           'vision': False, 'rpc': []}
+
+
+def fit_for(settled, floor=GIB, gpus=None):
+    serve = pr.fit_serve(settled, floor_bytes=floor)
+    return plan(gpus or lib.r9700s(), MODEL, serve, host_ram_bytes=64 * GIB), serve
+
+
+def test_open_values_are_left_to_the_planner_and_pinned_ones_kept():
+    serve = pr.fit_serve(SETTLED, floor_bytes=GIB, lean_layers=1)
+    assert serve['tensor_split'] == 'auto' and serve['ctx_size'] == 'max' and serve['cache_ram_mib'] == 'auto'
+    assert serve['floor_bytes'] == GIB and serve['lean_layers'] == 1 and 'draft_device' not in serve
+    pinned = pr.fit_serve(dict(SETTLED, tensor_split=[35, 30.0], ctx_size=393216, cache_ram=16384,
+                               spec_draft_device='ROCm1'))
+    assert pinned['tensor_split'] == [35, 30] and pinned['ctx_size'] == 393216 and pinned['cache_ram_mib'] == 16384
+    assert pinned['draft_device'] == 'ROCm1'
+
+
+def test_the_published_plan_says_where_each_value_came_from():
+    fit, _ = fit_for(SETTLED)
+    out = pr.plan_result(fit, SETTLED, host='dankserver')
+    assert out['planned'] and out['fits'] is True
+    assert out['origin'] == {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned'}
+    assert out['tensor_split'] == fit['tensor_split'] and out['ctx_size'] == fit['ctx_size']
+    assert out['cache_ram'] == fit['cache_ram_mib'] and out['devices'] == ['ROCm0', 'ROCm1']
+    lines = out['capacity']['lines']
+    assert lines[0] == 'capacity of dankserver (hip profile, headers read on the host)'
+    assert lines[1] == 'split: %s (layer)' % ':'.join(str(x) for x in fit['tensor_split'])
+    assert lines[-1].startswith('binding: ROCm') and 'above the 1.00 GiB floor' in lines[-1]
+    assert out['capacity']['summary'].startswith('dankserver: fits - split ')
+
+    pinned = dict(SETTLED, tensor_split=[35, 30], ctx_size=393216, cache_ram=16384)
+    fit, _ = fit_for(pinned)
+    out = pr.plan_result(fit, pinned, host='dankserver', reads='recorded')
+    assert out['origin'] == {'tensor_split': 'pinned', 'ctx_size': 'pinned', 'cache_ram': 'pinned'}
+    assert (out['tensor_split'], out['ctx_size'], out['cache_ram']) == ([35, 30], 393216, 16384)
+    assert 'headers recorded on the controller' in out['capacity']['lines'][0]
+
+
+def test_a_plan_that_does_not_fit_names_the_variables_the_operator_edits():
+    settled = dict(SETTLED, ctx_size=4 * 1048576, tensor_split=[35, 30])
+    fit, _ = fit_for(settled, floor=2 * GIB)
+    assert not fit['fits'] and any('serve.ctx_size' in e or 'floor_bytes' in e for e in fit['errors'])
+    out = pr.plan_result(fit, settled)
+    text = ' '.join(out['fit']['errors'])
+    assert 'llama_server_ctx_size' in text and 'dankfleet_plan_floor_bytes' in text
+    assert not re.search(r'\bserve\.', text) and not re.search(r'(?<![\w.])floor_bytes', text)
+    assert out['capacity']['summary'].startswith('this host: DOES NOT FIT') and 'does not fit - ' in out['capacity']['summary']
+    assert not fit['errors'][0].startswith('llama_server')  # the fit itself is untouched (a copy is renamed)
+
+
+@pytest.mark.parametrize('field', sorted(pr.INVENTORY_NAMES))
+def test_every_planner_field_reads_as_its_inventory_variable(field):
+    text = pr.inventory_names('serve.%s 3 is wrong; also lower floor_bytes' % field)
+    assert text == '%s 3 is wrong; also lower dankfleet_plan_floor_bytes' % pr.INVENTORY_NAMES[field]
+    # a name already in inventory form is left alone
+    assert pr.inventory_names(text) == text
+
+
+def test_the_serve_role_reads_the_plan_it_was_made_for():
+    fit, _ = fit_for(SETTLED)
+    llm_plan = pr.plan_result(fit, SETTLED)
+    shape, problems = pr.serve_shape([], 0, 'auto', llm_plan, parallel=2, devices=['ROCm0', 'ROCm1'])
+    assert problems == []
+    assert shape == {'tensor_split': llm_plan['tensor_split'], 'ctx_size': llm_plan['ctx_size'],
+                     'cache_ram': llm_plan['cache_ram'], 'origin': llm_plan['origin']}
+
+
+def test_without_a_plan_the_configured_values_are_served_open():
+    shape, problems = pr.serve_shape([], 8192, 'auto', {}, parallel=2)
+    assert problems == [] and shape['ctx_size'] == 8192 and shape['cache_ram'] == pr.DEFAULT_CACHE_RAM_MIB
+    assert shape['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open'}
+    # a malformed value is the settle step's to report; here it never crashes
+    shape, problems = pr.serve_shape('35,30', 'lots', 'plenty', {})
+    assert shape['tensor_split'] == [] and shape['ctx_size'] == 0 and shape['cache_ram'] == pr.DEFAULT_CACHE_RAM_MIB
+
+
+def test_a_plan_that_is_refused_says_why_first():
+    rejected = {'planned': True, 'fits': False, 'fit': {'fits': False, 'errors': ['a', 'b'], 'table': 't'}}
+    _, problems = pr.serve_shape([], 0, 'auto', rejected)
+    assert problems[0].message == 'the planner rejected this configuration: a | b'
+    tight = {'planned': True, 'fits': False, 'fit': {'fits': False, 'errors': [], 'table': '-ts 36,29 | no'}}
+    _, problems = pr.serve_shape([], 0, 'auto', tight)
+    assert problems[0].message == 'the planner says this does not fit (fits: false):\n-ts 36,29 | no'
+
+
+# --- the class: any pin pattern, any value --------------------------------------------------------------------
+
+SPLITS = st.one_of(st.just([]), st.lists(st.integers(1, 64), min_size=2, max_size=2))
+CTXS = st.one_of(st.just(0), st.integers(1, 64).map(lambda k: k * 4096))
+CACHES = st.one_of(st.just('auto'), st.integers(0, 32768))
+
+
+@settings(max_examples=60, deadline=None)
+@given(split=SPLITS, ctx=CTXS, cache=CACHES)
+def test_a_plan_serves_exactly_the_shape_it_was_made_for(split, ctx, cache):
+    """Plan with any pin pattern: the serve role with the same values passes; with any one of them changed (pinned
+    to another number, pinned where the plan chose, or left open where the plan pinned) it is refused, naming it."""
+    settled = dict(SETTLED, tensor_split=split, ctx_size=ctx, cache_ram=cache)
+    fit = {'fits': True, 'errors': [], 'warnings': [], 'tensor_split': [33, 32], 'ctx_size': 262144, 'parallel': 2,
+           'ctx_per_slot': 131072, 'cache_ram_mib': 16384, 'floor_bytes': GIB,
+           'devices': [{'name': 'ROCm0', 'layers': 33, 'free_bytes': 2 * GIB, 'vram_total_bytes': 32 * GIB},
+                       {'name': 'ROCm1', 'layers': 32, 'free_bytes': 3 * GIB, 'vram_total_bytes': 32 * GIB}]}
+    llm_plan = pr.plan_result(fit, settled)
+    shape, problems = pr.serve_shape(split, ctx, cache, llm_plan, parallel=2, devices=['ROCm0', 'ROCm1'])
+    assert problems == []
+    assert shape['tensor_split'] == (split or [33, 32])
+    assert shape['ctx_size'] == (ctx or 262144)
+    assert shape['cache_ram'] == (16384 if cache == 'auto' else cache)
+    for changed, var in (((split[::-1] + [1]) if split else [40, 25], 'llama_server_tensor_split'),):
+        _, problems = pr.serve_shape(changed, ctx, cache, llm_plan, parallel=2)
+        assert [p.variable for p in problems] == [var]
+    for changed in ((ctx + 4096) if ctx else 8192, 0 if ctx else None):
+        if changed is None:
+            continue
+        _, problems = pr.serve_shape(split, changed, cache, llm_plan, parallel=2)
+        assert [p.variable for p in problems] == ['llama_server_ctx_size']
+        assert 'The plan was not made for this shape' in problems[0].message
+    _, problems = pr.serve_shape(split, ctx, 'auto' if cache != 'auto' else 1024, llm_plan, parallel=2)
+    assert [p.variable for p in problems] == ['llama_server_cache_ram']
+
+
+@settings(max_examples=40, deadline=None)
+@given(words=st.lists(st.sampled_from(sorted(pr.INVENTORY_NAMES) + ['model', 'the', 'GiB', 'x']), max_size=8))
+def test_no_planner_field_survives_the_renaming(words):
+    text = ' '.join('serve.' + w if w in pr.INVENTORY_NAMES else w for w in words)
+    assert not re.search(r'\bserve\.', pr.inventory_names(text))
