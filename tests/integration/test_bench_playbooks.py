@@ -192,6 +192,8 @@ def test_spec_ab_playbook(lab, tmp_path):
     assert sum(s["metric_drafts"] for s in chain["shapes"].values()) > 0, "the chain never drafted"
     assert all(s["metric_drafts"] == 0 for s in doc["configurations"][0]["shapes"].values())
     assert doc["meta"]["deployed"]["llama_server_spec_type"] == []
+    # each configuration was planned before it was served, and the restored one again
+    assert out.stdout.count(f"capacity of {lab.name} (cpu profile") >= 3, out.stdout[-3000:]
     rows = files["tsv"].read_text().splitlines()
     assert rows[0].startswith("configuration\tshape\tstatus\tdecode_tps") and len(rows) == 1 + 2 * 3
     # every configuration ran in a process of its own, and the deployed shape serves again
@@ -211,6 +213,9 @@ def test_spec_mismatch_fails_the_run_and_the_deployed_unit_is_restored(lab, tmp_
         # a configuration that cannot start: the run goes on, records it, and restores anyway
         {"name": "missing-drafter", "vars": {"llama_server_spec_type": ["draft-simple"],
                                              "llama_server_drafter_path": "/nonexistent/draft.gguf"}},
+        # a shape only the planner refuses (the prompt cache above half the host's RAM): each configuration is
+        # planned before it is served, so it fails there, before its restart
+        {"name": "oversized-cache", "vars": {"llama_server_cache_ram": 16 * 1048576}},
     ]
     out = lab.playbook(REPO / "playbooks" / "bench_spec.yml",
                        dict(SMALL_SPEC, llm_bench_results_dir=str(tmp_path), llm_bench_spec_configurations=configs,
@@ -224,7 +229,8 @@ def test_spec_mismatch_fails_the_run_and_the_deployed_unit_is_restored(lab, tmp_
     assert [(m["reference"], m["configuration"]) for m in doc["mismatches"]] == [("none", "hot-sampler")]
     assert isinstance(doc["mismatches"][0]["token"], int)
     failed = [c for c in doc["configurations"] if c.get("error")]
-    assert [c["name"] for c in failed] == ["missing-drafter"]
+    assert [c["name"] for c in failed] == ["missing-drafter", "oversized-cache"]
+    assert "does not fit" in failed[1]["error"] and "llama_server_cache_ram" in failed[1]["error"], failed[1]
     # restored: the deployed ExecStart, running, answering
     assert _deployed_shape(lab) == deployed
     assert lab.unit("ActiveState")["ActiveState"] == "active" and lab.healthy()
