@@ -225,7 +225,7 @@ def test_a_host_that_does_not_fit_stops_alone_and_is_in_the_summary(tmp_path):
     assert re.search(r"dankserver\s*: ok=\d+\s+changed=0 .*failed=1", run.stdout), run.stdout[-1500:]
     assert re.search(r"frank-zealot\s*: ok=\d+\s+changed=0 .*failed=0", run.stdout), run.stdout[-1500:]
     (dank,) = debug_msgs(run.stdout, "Show the capacity table")["dankserver"]
-    assert dank[1] == "split: 50:15 (layer)" and dank[-1].startswith("binding: does not fit - serve.ctx_size 327680")
+    assert dank[1] == "split: 50:15 (layer)" and dank[-1].startswith("binding: does not fit - llama_server_ctx_size 327680")
     assert_lines(fleet_summary(run.stdout, "frank-zealot"),
                  [r"fleet: 2 host\(s\), 0 fit, 1 do not fit, 1 not planned", r"dankserver: DOES NOT FIT - split 50:15.*",
                   r"frank-zealot: cannot plan: .*"])
