@@ -167,8 +167,8 @@ def plan_result(fit, serve, host="this host", reads="host"):
         "split: %s%s" % (split, " (%s)" % (serve.get("split_mode") or "layer") if several else ""),
         "context: %s, cache-ram %s MiB" % (context, "-" if cache_mib is None else cache_mib),
     ]
-    lines += ["card %s: %s layers, %s GiB free of %s GiB" % (d["name"], d.get("layers", "?"), _gib(d["free_bytes"]),
-                                                            _gib(d["vram_total_bytes"])) for d in devices]
+    lines += ["card %s: %s layers, %s GiB free of %s GiB"
+              % (d["name"], d.get("layers", "?"), _gib(d["free_bytes"]), _gib(d["vram_total_bytes"])) for d in devices]
     lines.append("binding: " + binding)
     if pinned["tensor_split"]:
         tensor_split = [_share(s) for s in serve["tensor_split"]]
