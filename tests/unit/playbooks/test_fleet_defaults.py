@@ -24,7 +24,9 @@ def _load(path):
 
 
 DEFAULTS = _load('roles/dankfleet/defaults/main.yml')
-SPEC = _load('roles/dankfleet/meta/argument_specs.yml')['argument_specs']['main']['options']
+SPECS = _load('roles/dankfleet/meta/argument_specs.yml')['argument_specs']
+# not `main`: Ansible would validate it itself when a play lists the role, before the settle step
+SPEC = SPECS['fleet']['options']
 PLAYS = [(os.path.relpath(path, REPO), i, play) for path in sorted(glob.glob(os.path.join(REPO, 'playbooks', '*.yml')))
          for i, play in enumerate(_load(path) or []) if 'import_playbook' not in play and 'ansible.builtin.import_playbook' not in play]
 
@@ -40,6 +42,7 @@ def test_every_play_reads_the_fleet_defaults_first(path, index, play):
 
 
 def test_the_role_documents_exactly_its_defaults():
+    assert sorted(SPECS) == ['fleet']
     assert sorted(DEFAULTS) == sorted(SPEC)
     for name, option in SPEC.items():
         assert option['default'] == DEFAULTS[name], name
@@ -71,7 +74,7 @@ def test_the_planner_depends_on_them():
 
 @pytest.mark.parametrize('name', sorted(SPEC))
 def test_the_settle_step_types_them_from_the_spec(name):
-    options = s.spec_options({'dankfleet': {'main': {'options': SPEC}}})
+    options = s.spec_options({'dankfleet': SPECS})
     wrong = {'int': 'two', 'bool': 'maybe', 'dict': [1], 'str': ['a']}[SPEC[name]['type']]
     out = s.settle({name: wrong, 'llama_server_model_path': '/m/t.gguf'}, options, [name])
     assert [p.variable for p in out['problems']] == [name], out['problems']
