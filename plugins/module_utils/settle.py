@@ -41,17 +41,9 @@ INERT_UNLESS = (
     ("llama_cpp_build_git_", "llama_cpp_build_source_type", ("git",)),
 )
 
-# The dankfleet_* names an inventory may set (documented in README.md, docs/ARCHITECTURE.md and the
-# inventories), and the results the collection publishes under that prefix.
+# The dankfleet_* names an inventory may set beyond the fleet-wide settings of roles/dankfleet (whose argument
+# spec types those), and the results the collection publishes under that prefix.
 DANKFLEET_NAMES = {
-    "dankfleet_plan_floor_bytes": "int",
-    "dankfleet_plan_lean_layers": "int",
-    "dankfleet_plan_host_ram_bytes": "int",
-    "dankfleet_plan_header_facts": "dict",
-    "dankfleet_gpu_facts_file": "str",
-    "dankfleet_offline": "bool",
-    "dankfleet_observability": "bool",
-    "dankfleet_report_dir": "str",
     "dankfleet_private_address": "str",
     "dankfleet_serving_now": "list",
     "dankfleet_rollback_retire": "list",

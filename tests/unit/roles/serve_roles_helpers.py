@@ -50,6 +50,10 @@ def render(role, template, overrides=None):
     variables = {}
     variables.update(_trust(load_yaml(role_file(role, 'defaults', 'main.yml'))))
     variables.update(_trust(load_yaml(role_file(role, 'vars', 'main.yml'))))
+    # llama_server_rpc's default reads the inventory's llm_rpc_workers group through a filter of the collection:
+    # these renders stand for a host without workers
+    if 'llama_server_rpc' in variables:
+        variables['llama_server_rpc'] = []
     variables.update(overrides or {})
     with open(role_file(role, 'templates', template)) as handle:
         source = handle.read()
