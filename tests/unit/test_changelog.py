@@ -27,8 +27,9 @@ TOOL = os.path.join(os.path.dirname(sys.executable), 'antsibull-changelog')
 ENTRY = re.compile(r'^[\w.,/ -]+? - [^\n]+\.$')
 REFERENCE = re.compile(r'\((?!https://github\.com/dankfleet/llm/(?:issues|pull)/\d+\))[^)]*(?:#\d+|issue \d+)[^)]*\)'
                        r'|(?<!/)#\d+\b|\bissue \d+', re.I)
-# One sentence and its reference; the reasons belong in the commit.
-MAX_LENGTH = 200
+# One sentence and its reference, on one line yamllint accepts (.yamllint's line-length, with the "  - " before it);
+# the reasons belong in the commit.
+MAX_LENGTH = 160 - len('  - ')
 INTERNAL = re.compile(r'\b(?:tests|molecule|benchmarks|\.config)/')
 
 
