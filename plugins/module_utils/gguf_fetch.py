@@ -624,7 +624,8 @@ class Fetcher:
                 raise FetchError("the server answered 416 (range not satisfiable) for bytes=%d- of %s; "
                                  "total %s, declared %d" % (offset, redact_url(self.url), total, self.size))
             if code in (401, 403):
-                raise FetchError("HTTP %d from %s: %s; pass a valid token (option token, no_log) for gated repos"
+                raise FetchError("HTTP %d from %s: %s; a gated repo needs a valid bearer token: set gguf_fetch_token "
+                                 "(vaulted) in the inventory - the module's token option"
                                  % (code, redact_url(self.url), "no or wrong bearer token" if code == 401 else "forbidden"))
             if code == 404:
                 raise FetchError("HTTP 404 from %s: check url, repo, revision and file in the manifest"
