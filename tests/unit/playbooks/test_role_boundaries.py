@@ -9,7 +9,10 @@ import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 ROLES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, 'roles', '*')) if os.path.isdir(p))
-PRIVATE = re.compile(r'(?<![\w.])_{1,2}(%s)_\w+' % '|'.join(re.escape(r.lstrip('_')) for r in ROLES))
+# a role's private state is what its tasks or vars set: the defaults-only role dankfleet has none, and the
+# playbooks' own _dankfleet_* names are theirs
+STATEFUL = [r for r in ROLES if any(os.path.isdir(os.path.join(REPO, 'roles', r, d)) for d in ('tasks', 'vars'))]
+PRIVATE = re.compile(r'(?<![\w.])_{1,2}(%s)_\w+' % '|'.join(re.escape(r.lstrip('_')) for r in STATEFUL))
 PLAYBOOKS = sorted(glob.glob(os.path.join(REPO, 'playbooks', '**', '*.yml'), recursive=True)
                    + glob.glob(os.path.join(REPO, '*.yml')))
 
@@ -23,7 +26,8 @@ def _strip_comments(text):
 
 
 def test_the_roles_and_playbooks_are_found():
-    assert {'llama_server', 'runtime_retire', 'llm_plan', '_common'} <= set(ROLES)
+    assert {'llama_server', 'runtime_retire', 'llm_plan', '_common', 'dankfleet'} <= set(ROLES)
+    assert {'llama_server', 'runtime_retire', 'llm_plan', '_common'} <= set(STATEFUL) and 'dankfleet' not in STATEFUL
     assert os.path.join(REPO, 'playbooks', 'deploy_endpoints.yml') in PLAYBOOKS
 
 
