@@ -135,7 +135,7 @@ class ActionModule(ActionBase):
                                          parallel=serve['parallel'],
                                          devices=devices if isinstance(devices, list) else None)
             out['shape'] = shape
-            problems = [settle_utils.Problem(p.variable, p.message) for p in refused] + problems
+            problems = refused + problems
         unknown = [p for p in problems if p.kind == 'unknown']
         if not args['strict']:
             for p in unknown:

@@ -23,6 +23,9 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.settle import Problem, int_like as _int_like, origin as _origin
+from ansible_collections.dankfleet.llm.plugins.module_utils.settle import pinned as _pinned
+
 GIB = 1073741824
 # without a plan, --cache-ram keeps llama.cpp's own default
 DEFAULT_CACHE_RAM_MIB = 8192
@@ -43,16 +46,6 @@ _SERVE_FIELD = re.compile(r"\bserve\.([a-z_]+)")
 _BARE_FIELD = re.compile(r"(?<![\w.])(floor_bytes|lean_layers|cache_type_k/v|ctx_size|cache_ram_mib)(?![\w])")
 
 
-class PlanProblem(object):
-    """One refusal of the serve role: the variable behind it and the message."""
-
-    def __init__(self, variable, message):
-        self.variable, self.message = variable, message
-
-    def __repr__(self):
-        return "PlanProblem(%r, %r)" % (self.variable, self.message)
-
-
 def inventory_names(text):
     """fit_plan's text with every serve field it names replaced by the inventory variable the operator edits."""
     if not isinstance(text, str):
@@ -68,27 +61,6 @@ def inventory_names(text):
         return INVENTORY_NAMES[name]
 
     return _BARE_FIELD.sub(bare, _SERVE_FIELD.sub(field, text))
-
-
-def _pinned(serve):
-    """{tensor_split, ctx_size, cache_ram: bool}: which of the three the inventory set. Reads both shapes: the
-    settled serve values ([] / 0 / auto open) and fit_plan's serve dict (auto / max / auto open)."""
-    split = serve.get("tensor_split")
-    ctx = serve.get("ctx_size")
-    cache = serve.get("cache_ram", serve.get("cache_ram_mib"))
-    return {
-        "tensor_split": isinstance(split, (list, tuple)) and len(split) > 0,
-        "ctx_size": _int_like(ctx) and int(ctx) > 0,
-        "cache_ram": cache is not None and str(cache) != "auto",
-    }
-
-
-def _int_like(value):
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    return isinstance(value, str) and re.match(r"^[+-]?[0-9]+$", value.strip()) is not None
 
 
 def _share(value):
@@ -224,21 +196,21 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
     plan = llm_plan or {}
     fit = plan.get("fit") or {}
     problems = []
-    mine = _pinned({"tensor_split": split, "ctx_size": ctx_size, "cache_ram": cache_ram})
+    here = {"tensor_split": split, "ctx_size": ctx_size, "cache_ram": cache_ram}
+    mine = _pinned(here)
     if fit:
         if fit.get("errors"):
-            problems.append(PlanProblem("llama_server_llm_plan", "the planner rejected this configuration: "
-                                        + " | ".join(str(e) for e in fit["errors"])))
+            problems.append(Problem("llama_server_llm_plan", "the planner rejected this configuration: "
+                                    + " | ".join(str(e) for e in fit["errors"])))
         elif not fit.get("fits"):
-            problems.append(PlanProblem("llama_server_llm_plan", "the planner says this does not fit (fits: false):\n"
-                                        + str(fit.get("table") or "(no table)")))
+            problems.append(Problem("llama_server_llm_plan", "the planner says this does not fit (fits: false):\n"
+                                    + str(fit.get("table") or "(no table)")))
     if plan:
         origin = plan.get("origin") or {}
-        here = {"tensor_split": split, "ctx_size": ctx_size, "cache_ram": cache_ram}
         differ = [k for k in ("tensor_split", "ctx_size", "cache_ram")
                   if mine[k] != (origin.get(k) == "pinned") or (mine[k] and not _same(k, here[k], plan.get(k)))]
         if differ:
-            problems.append(PlanProblem(", ".join("llama_server_" + k for k in differ), (
+            problems.append(Problem(", ".join("llama_server_" + k for k in differ), (
                 "The plan was not made for this shape: %s %s here, but the plan has %s (%s). Pass the serve role the "
                 "same llama_server_* values the llm_plan role planned with (pinned to the same number, or [] / 0 / "
                 "auto where the plan chose), or plan again with these. Nothing was changed.") % (
@@ -247,7 +219,7 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
         shape = {
             "tensor_split": list(plan.get("tensor_split") or []),
             "ctx_size": int(plan["ctx_size"]) if _int_like(plan.get("ctx_size")) else 0,
-            "origin": dict(origin) or dict((k, "pinned" if v else "open") for k, v in mine.items()),
+            "origin": dict(origin) or _origin(here),
         }
         planned_cache = plan.get("cache_ram")
         if planned_cache is not None and str(planned_cache) != "auto":
@@ -261,16 +233,16 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
             "tensor_split": list(split) if isinstance(split, (list, tuple)) else [],
             "ctx_size": int(ctx_size) if _int_like(ctx_size) else 0,
             "cache_ram": int(cache_ram) if mine["cache_ram"] and _int_like(cache_ram) else DEFAULT_CACHE_RAM_MIB,
-            "origin": dict((k, "pinned" if v else "open") for k, v in mine.items()),
+            "origin": _origin(here),
         }
     # a value the inventory pinned is checked by the settle step itself (settle.serve_problems)
     if not mine["ctx_size"] and _int_like(parallel) and int(parallel) > 0 and shape["ctx_size"] % int(parallel):
-        problems.append(PlanProblem("llama_server_ctx_size", (
+        problems.append(Problem("llama_server_ctx_size", (
             "the context %d does not divide over llama_server_parallel %d slots (llama.cpp rounds the pool down): "
             "set llama_server_ctx_size to a multiple of %d, or plan again") % (shape["ctx_size"], int(parallel),
                                                                                int(parallel))))
     if not mine["tensor_split"] and devices and shape["tensor_split"] and len(devices) != len(shape["tensor_split"]):
-        problems.append(PlanProblem("llama_server_tensor_split", (
+        problems.append(Problem("llama_server_tensor_split", (
             "the split %s needs one share per device of llama_server_devices %s: give one share per device, or "
             "plan again") % (shape["tensor_split"], list(devices))))
     return shape, problems

@@ -339,13 +339,28 @@ def handover_units(runtimes):
     return out
 
 
+def int_like(value):
+    """A whole number, or its text ("8192"); never a boolean."""
+    return _is_int(value) or (isinstance(value, str) and _INT_TEXT.match(value.strip()) is not None)
+
+
+def pinned(serve):
+    """{tensor_split, ctx_size, cache_ram: bool}: which of the three the inventory set (the planner chooses the rest).
+    Reads both shapes: the settled serve values ([] / 0 / auto open) and fit_plan's serve dict (auto / max / an
+    absent or auto cache_ram_mib open)."""
+    split = serve.get("tensor_split")
+    ctx = serve.get("ctx_size")
+    cache = serve.get("cache_ram", serve.get("cache_ram_mib"))
+    return {
+        "tensor_split": isinstance(split, (list, tuple)) and len(split) > 0,
+        "ctx_size": int_like(ctx) and int(ctx) > 0,
+        "cache_ram": cache is not None and str(cache) != "auto",
+    }
+
+
 def origin(serve):
     """pinned (the inventory set it) or open (the planner chooses) for the split, the context and the cache-ram."""
-    return {
-        "tensor_split": "pinned" if serve.get("tensor_split") else "open",
-        "ctx_size": "pinned" if _is_int(serve.get("ctx_size")) and serve["ctx_size"] > 0 else "open",
-        "cache_ram": "open" if str(serve.get("cache_ram")) == "auto" else "pinned",
-    }
+    return dict((key, "pinned" if set_here else "open") for key, set_here in pinned(serve).items())
 
 
 # --- the serve preflight's cross-checks -----------------------------------------------------------------------
