@@ -34,7 +34,7 @@ import threading
 import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, read_vram
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import refuse_constant, loads as strict_loads
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 
 # Runs inside the transient unit around llama-bench: reports the peak RSS of the bench process
 # and the memlock limit the unit really got, on stderr, after llama-bench has exited.
@@ -139,18 +139,31 @@ def direct_argv(inner, python=None):
     return [python or sys.executable, '-c', CELL_WRAPPER] + list(inner)
 
 
+# One llama-bench result row, as cell_row reads it (tools/llama-bench/llama-bench.cpp's json/jsonl printer).
+ROW_SHAPE = tr.Obj({
+    'n_prompt': tr.Int(0, 1 << 31), 'n_gen': tr.Int(0, 1 << 31), 'n_depth': tr.Int(0, 1 << 31),
+    'avg_ts': tr.Num(0, 1e12), 'stddev_ts': tr.Num(0, 1e12),
+    'devices': tr.Str(max_len=4096, name=True), 'tensor_split': tr.Str(max_len=4096, name=True),
+    'build_number': tr.Int(0, 10 ** 9), 'build_commit': tr.Str(max_len=64, name=True),
+    'backends': tr.Str(max_len=256, name=True),
+}, required=('n_prompt', 'n_gen', 'avg_ts'), extra=tr.Json(max_depth=8))
+
+
 def parse_bench_output(text):
-    """llama-bench ``-o jsonl`` (or ``-o json``) stdout -> list of result dicts; partial output is kept."""
+    """llama-bench ``-o jsonl`` (or ``-o json``) stdout -> list of result rows read through ROW_SHAPE; partial
+    output is kept, a garbled row or one of another shape (NaN, a rate as a word) is dropped."""
     rows = []
     text = text.strip()
     if not text:
         return rows
     if text.startswith('['):
         try:
-            return [r for r in strict_loads(text) if isinstance(r, dict)]
-        except ValueError:
-            pass  # a cell that died mid-array: fall through and pick the complete objects out
-    decoder = json.JSONDecoder(parse_constant=refuse_constant)   # a row with NaN/Infinity is dropped like a garbled one
+            whole = tr.load_json(text, 'llama-bench', tr.List(tr.Json()))
+        except tr.ShapeError:
+            whole = None  # a cell that died mid-array: fall through and pick the complete objects out
+        if whole is not None:
+            return [r for r in (_row(obj) for obj in whole) if r is not None]
+    decoder = json.JSONDecoder()
     pos = 0
     while True:
         start = text.find('{', pos)
@@ -158,13 +171,22 @@ def parse_bench_output(text):
             break
         try:
             obj, end = decoder.raw_decode(text, start)
-        except ValueError:
+        except (ValueError, RecursionError):
             pos = start + 1
             continue
-        if isinstance(obj, dict):
-            rows.append(obj)
+        row = _row(obj)
+        if row is not None:
+            rows.append(row)
         pos = end
     return rows
+
+
+def _row(obj):
+    try:
+        tr.bound(obj, 'llama-bench')
+        return ROW_SHAPE.read(obj, 'llama-bench')
+    except tr.ShapeError:
+        return None
 
 
 def parse_cell_stderr(text):

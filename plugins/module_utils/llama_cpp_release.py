@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import time
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
     open_parent, open_regular, read_text, write_file_atomic)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
@@ -447,10 +448,20 @@ def cpu_count():
         return os.cpu_count() or 1
 
 
+# What a release's BUILD_STAMP.json holds (write_stamp): the release dir belongs to the build user, so the stamp
+# is read through its shape; one of another shape is no stamp (the caller names the release as not matching).
+STAMP_SHAPE = tr.Obj({
+    'inputs': tr.Map(tr.Json()),
+    'outputs': tr.Obj({'build_number': tr.Int(0, 10 ** 9), 'commit': tr.Str(max_len=64, name=True)},
+                      extra=tr.Json()),
+}, required=('inputs', 'outputs'))
+
+
 def read_stamp(path):
+    """The release's stamp, typed; None when it is absent, unreadable or not of the stamp's shape."""
     try:
-        return json.loads(read_text(path, 'build stamp', 1 << 20))
-    except (IOError, OSError, ValueError, RecursionError):
+        return tr.load_json(read_text(path, 'build stamp', 1 << 20), 'the build stamp %s' % path, STAMP_SHAPE)
+    except (IOError, OSError, ValueError):
         return None
 
 
