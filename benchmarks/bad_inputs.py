@@ -479,6 +479,7 @@ def main(argv=None):
         cases += __import__("bad_inputs_values").cases(tmp, Case)  # issue 23 item 4: strict values
         cases += __import__("bad_inputs_trash").cases(tmp, Case)  # issue 23 item 3: trash_files
         cases += __import__("bad_inputs_http").cases(Case, tmp, base, www, data)    # HTTP peers and secrets (#23)
+        cases += __import__("bad_inputs_shapes").cases(tmp, Case)    # a lying llama-server, generated (#33)
         if a.only:
             cases = [c for c in cases if a.only in c.name]
         counts = {"refusal": 0, "ok": 0, "crash": 0, "hang": 0, "wrong": 0}
