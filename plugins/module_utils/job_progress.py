@@ -66,12 +66,13 @@ class ProgressError(Exception):
 
 def check_timing(options):
     """Refuse wait, delay or timeout that is not a finite number in its range, naming the option (NaN would poll
-    forever: every comparison with it is false)."""
+    forever: every comparison with it is false). Only delay may be null (one read); a null wait or timeout given
+    explicitly is refused, not read as its default."""
     bounds = (('wait', 0.0, WAIT_MAX, False), ('delay', 0.0, WAIT_MAX, True), ('timeout', 0.0, TIMEOUT_MAX, False))
     for name, lo, hi, positive in bounds:
-        value = options.get(name)
-        if value is None:
+        if name not in options or (name == 'delay' and options[name] is None):
             continue
+        value = options[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ProgressError('%s is %s: give a finite number of seconds' % (name, tr.quote(value)))
         if value < lo or value > hi or (positive and value <= lo):
