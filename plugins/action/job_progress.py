@@ -17,8 +17,8 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (ARGUMENT_SPEC, MSG_MAX, ProgressError,
-                                                                                  check_timing)
+from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (
+    ARGUMENT_SPEC, MSG_MAX, ProgressError, check_timing)
 from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
 
 display = Display()

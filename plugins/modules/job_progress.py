@@ -141,8 +141,8 @@ eta_s:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (ARGUMENT_SPEC, ProgressError, check_timing,
-                                                                              progress)
+from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (
+    ARGUMENT_SPEC, ProgressError, check_timing, progress)
 
 
 def main():

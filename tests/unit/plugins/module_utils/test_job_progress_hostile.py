@@ -75,8 +75,8 @@ def _poll(path, **kw):
     return answer
 
 
-@pytest.mark.parametrize('record', [RUNNING, RUNNING_OLD, DONE, TIMED_OUT], ids=['running', 'running-1.x', 'done',
-                                                                                   'timed-out'])
+@pytest.mark.parametrize('record', [RUNNING, RUNNING_OLD, DONE, TIMED_OUT],
+                         ids=['running', 'running-1.x', 'done', 'timed-out'])
 def test_the_real_records_read_as_async_status_reads_them(tmp_path, record):
     (tmp_path / 'jid').write_text(json.dumps(record))
     assert _poll(tmp_path / 'jid') is _meaning(record)
@@ -115,6 +115,18 @@ def test_a_results_file_that_is_no_file_is_refused_at_once(tmp_path):
         started = time.monotonic()
         with pytest.raises(jp.ProgressError, match=cause):
             jp.wait(str(path), 30, sleep=lambda s: pytest.fail('slept on a refused results file'))
+        assert time.monotonic() - started < DEADLINE_S
+
+
+def test_a_log_that_is_no_file_is_refused_at_once(tmp_path):
+    fifo = tmp_path / 'fifo.log'
+    os.mkfifo(str(fifo))
+    zero = tmp_path / 'zero.log'
+    os.symlink('/dev/zero', str(zero))
+    for path, cause in ((fifo, 'FIFO'), (zero, 'symbolic link'), (tmp_path, 'directory')):
+        started = time.monotonic()
+        with pytest.raises(jp.ProgressError, match=cause):
+            jp.progress(str(path), 'build')
         assert time.monotonic() - started < DEADLINE_S
 
 
