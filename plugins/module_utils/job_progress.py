@@ -245,7 +245,7 @@ def job_finished(results_file):
     except FileRefused as exc:
         if exc.errno == errno.ENOENT:
             return False    # not written yet
-        raise ProgressError('%s: give the results_file the async task returned' % exc)
+        raise ProgressError('the results file %s' % exc)
     try:
         record = tr.load_json(data, source)
         tr.read(tr.Obj({}), record, source)     # an object, or refused

@@ -156,7 +156,7 @@ def main():
         check_timing(p)
         out = progress(p["log"], p["format"], p["label"], p["results_file"], p["wait"])
     except ProgressError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg='dankfleet.llm.job_progress: %s' % exc)
     module.exit_json(changed=False, **out)
 
 
