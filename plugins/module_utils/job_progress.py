@@ -248,10 +248,10 @@ def job_finished(results_file):
         raise ProgressError('the results file %s' % exc)
     try:
         record = tr.load_json(data, source)
-        tr.read(tr.Obj({}), record, source)     # an object, or refused
-        if 'started' not in record:
-            return True     # the module's result
-        return bool(tr.read(RESULTS_RECORD, record, source).get('finished', False))
+        state = tr.read(RESULTS_RECORD, record, source)    # an object whose started and finished are states
+        if 'started' not in state:
+            return True     # the module's result (async_status reads it as finished, whatever else it holds)
+        return bool(state.get('finished', False))
     except tr.ShapeError as exc:
         raise ProgressError('%s (async_wrapper writes a JSON object with started and finished as booleans)' % exc)
 

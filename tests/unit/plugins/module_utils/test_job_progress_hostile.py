@@ -56,10 +56,11 @@ def _meaning(record):
     """What the record says, by async_status's rule: 'refuse' for a record that says nothing readable."""
     if not isinstance(record, dict):
         return 'refuse'
+    if ('started' in record and not _state(record['started'])) or \
+            ('finished' in record and not _state(record['finished'])):
+        return 'refuse'             # "finished": "no" is no state, with or without started
     if 'started' not in record:
         return True
-    if not _state(record['started']) or ('finished' in record and not _state(record['finished'])):
-        return 'refuse'
     return bool(record.get('finished', False))
 
 
@@ -98,9 +99,10 @@ def test_any_value_anywhere_in_a_results_record(tmp_path, drawn):
 
 @pytest.mark.parametrize('finished', ['no', 'false', '0', 0.5, 2, -1, None, [], {}, 'yes'])
 def test_finished_that_is_no_state_is_refused_never_finished(tmp_path, finished):
-    (tmp_path / 'jid').write_text(json.dumps(dict(RUNNING, finished=finished)))
-    with pytest.raises(jp.ProgressError, match='finished'):
-        jp.job_finished(str(tmp_path / 'jid'))
+    for record in (dict(RUNNING, finished=finished), {'finished': finished}):
+        (tmp_path / 'jid').write_text(json.dumps(record))
+        with pytest.raises(jp.ProgressError, match='finished'):
+            jp.job_finished(str(tmp_path / 'jid'))
 
 
 def test_a_results_file_that_is_no_file_is_refused_at_once(tmp_path):
