@@ -17,7 +17,9 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import ARGUMENT_SPEC
+from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (
+    ARGUMENT_SPEC, MSG_MAX, ProgressError, check_timing)
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
 
 display = Display()
 
@@ -33,15 +35,17 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        try:    # before any poll: a NaN timeout or delay would poll forever
+            check_timing(args)
+        except ProgressError as exc:
+            result.update(failed=True, msg='dankfleet.llm.job_progress: %s' % exc)
+            return result
         module_args = dict((k, args[k]) for k in MODULE_ARGS if args[k] is not None)
         if args['delay'] is None or not args['results_file']:
             # one read (the module alone)
             module_args['wait'] = args['wait']
             result.update(self._execute_module(module_name='dankfleet.llm.job_progress', module_args=module_args,
                                                task_vars=task_vars))
-            return result
-        if args['delay'] <= 0:
-            result.update(failed=True, msg='dankfleet.llm.job_progress: delay must be > 0, not %s' % args['delay'])
             return result
         host = task_vars.get('inventory_hostname', '?') if task_vars else '?'
         module_args['wait'] = args['delay']
@@ -53,16 +57,21 @@ class ActionModule(ActionBase):
                                        task_vars=task_vars)
             if out.get('failed'):
                 result.update(out)
+                result['msg'] = printable(out.get('msg', 'dankfleet.llm.job_progress: the module failed without a message'),
+                                          limit=MSG_MAX)
                 return result
             elapsed = int(time.monotonic() - started)
-            display.display('[%s] %s (poll %d, %s)' % (host, out.get('msg', ''), polls,
-                                                       'finished' if out.get('finished') else '%ds' % elapsed))
-            if out.get('finished'):
+            finished = out.get('finished') is True
+            # the line is the host's text: escaped here too, whatever the module sent
+            display.display(printable('[%s] %s (poll %d, %s)' % (host, out.get('msg', ''), polls,
+                                                                 'finished' if finished else '%ds' % elapsed),
+                                      limit=MSG_MAX + 200))
+            if finished:
                 break
             if elapsed > args['timeout']:
                 result.update(out, failed=True, polls=polls,
                               msg='dankfleet.llm.job_progress: the job did not finish within %ds; last: %s'
-                                  % (args['timeout'], out.get('msg', '')))
+                                  % (args['timeout'], printable(out.get('msg', ''), limit=MSG_MAX)))
                 return result
         result.update(out, polls=polls, changed=False)
         return result

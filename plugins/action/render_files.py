@@ -17,7 +17,8 @@ from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import HostStateError, is_current
-from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import ARGUMENT_SPEC
+from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import ARGUMENT_SPEC, RenderError, check_specs
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
 
 try:  # ansible-core 2.19: the variables ansible.builtin.template adds (template_path, template_host, ...)
     from ansible._internal._templating import _template_vars
@@ -70,11 +71,24 @@ class ActionModule(ActionBase):
         except (HostStateError, TypeError, ValueError):
             return False
 
+    @staticmethod
+    def _no_message(answer):
+        """A failure the module did not name (it crashed): its last line of output says why."""
+        said = [line for line in to_text(answer.get('module_stderr') or answer.get('exception') or
+                                         answer.get('module_stdout') or '').splitlines() if line.strip()]
+        return 'dankfleet.llm.render_files: the module failed on the host without a message%s' % (
+            (': ' + said[-1].strip()) if said else ' or output (see the task with -vvv)')
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        try:    # every option before any template is rendered or the host is asked
+            check_specs(args['files'], args['directories'], need_content=False)
+        except RenderError as exc:
+            result.update(failed=True, msg='dankfleet.llm.render_files: %s; nothing was changed' % exc)
+            return result
         try:
             files = []
             for spec in args['files']:
@@ -99,7 +113,7 @@ class ActionModule(ActionBase):
                 module_args={'files': [dict((k, f.get(k)) for k in SENT) for f in send], 'directories': send_dirs},
                 task_vars=task_vars)
             if answer.get('failed'):
-                result.update(failed=True, msg=answer.get('msg', 'dankfleet.llm.render_files failed'))
+                result.update(failed=True, msg=printable(answer.get('msg') or self._no_message(answer), limit=4000))
                 return result
             for dest, found in answer.get('files', {}).items():
                 report[dest] = found

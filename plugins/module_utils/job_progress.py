@@ -13,14 +13,21 @@ Plain Python (stdlib only); plugins/modules/job_progress.py is the thin module. 
 
 wait() sleeps until the async job's results file says it finished, or the poll delay passes: a job
 that ends between polls is collected at once, never a whole delay later.
+
+Everything here comes from the host and is read as hostile: the results file through the file layer (a regular
+file of bounded size; a FIFO, a device or a link to one is refused by kind) and a shape (``finished`` is
+async_wrapper's boolean or 0/1, nothing else); each number of a log line by typed_reader's bounded grammar (a
+malformed progress line is skipped, never raised on); the message through typed_reader.printable, so no escape
+sequence from the host's log reaches the controller's terminal.
 """
 import errno
-import json
+import math
 import os
 import re
 import time
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import open_regular
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_regular, read_bytes
 
 # The options of dankfleet.llm.job_progress, one copy for the action (which polls with delay and timeout) and
 # the module (one read; a direct module run ignores delay and timeout).
@@ -34,15 +41,43 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type='float', default=86400.0),
 )
 TAIL_BYTES = 256 * 1024
-NINJA = re.compile(r'^\[(\d+)/(\d+)\]')
-MAKE = re.compile(r'^\[\s*(\d+)%\]')
-FETCH = re.compile(r'^\S+ (?P<label>\S+) (?P<what>.*)$')
-FETCH_PROGRESS = re.compile(r'^progress (?P<done>\d+)/(?P<total>\d+) bytes \((?P<pct>[\d.]+)%\) '
-                            r'(?P<rate>[\d.]+ ?[KMGT]?i?B)/s eta (?P<eta>\d+s|\?)$')
+# async_wrapper's record is a few dozen bytes, the module's result it is replaced with rarely more than a few KiB;
+# anything past the typed reader's JSON cap is not a results file.
+RESULTS_MAX_BYTES = tr.JSON_BYTES
+MSG_MAX = 1000              # characters of the progress line: one terminal line, not a log
+# The timing options: finite, not negative, and no longer than a real job (a build is hours, not weeks).
+WAIT_MAX = 3600.0           # one poll's wait on the host (wait, delay)
+TIMEOUT_MAX = 7 * 86400.0
+# ASCII digits only (\d would take any script's digits); each number is read by typed_reader's bounded grammar.
+NINJA = re.compile(r'\[([0-9]+)/([0-9]+)\]', re.ASCII)
+MAKE = re.compile(r'\[ *([0-9]+)%\]', re.ASCII)
+FETCH = re.compile(r'(?P<stamp>\S+) (?P<label>\S+) (?P<what>.*)\Z', re.ASCII)
+FETCH_PROGRESS = re.compile(r'progress (?P<done>[0-9]+)/(?P<total>[0-9]+) bytes \((?P<pct>[0-9.]+)%\) '
+                            r'(?P<rate>(?P<rate_n>[0-9.]+) ?[KMGT]?i?B)/s eta (?:(?P<eta>[0-9]+)s|\?)\Z', re.ASCII)
+COUNT_MAX = tr.INT_LIMIT    # objects or bytes
 
 
 class ProgressError(Exception):
-    pass
+    """A refusal: the message names the file or option and the cause, already printable."""
+
+    def __init__(self, msg):
+        Exception.__init__(self, tr.printable(msg, limit=MSG_MAX))
+
+
+def check_timing(options):
+    """Refuse wait, delay or timeout that is not a finite number in its range, naming the option (NaN would poll
+    forever: every comparison with it is false). Only delay may be null (one read); a null wait or timeout given
+    explicitly is refused, not read as its default."""
+    bounds = (('wait', 0.0, WAIT_MAX, False), ('delay', 0.0, WAIT_MAX, True), ('timeout', 0.0, TIMEOUT_MAX, False))
+    for name, lo, hi, positive in bounds:
+        if name not in options or (name == 'delay' and options[name] is None):
+            continue
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ProgressError('%s is %s: give a finite number of seconds' % (name, tr.quote(value)))
+        if value < lo or value > hi or (positive and value <= lo):
+            raise ProgressError('%s is %s: give seconds %s %g and at most %g' % (
+                name, tr.quote(value), 'above' if positive else 'from', lo, hi))
 
 
 def tail_lines(path, max_bytes=TAIL_BYTES):
@@ -83,21 +118,48 @@ def human_seconds(s):
     return '%ds' % sec
 
 
+def _count(text, source):
+    """A count from a log line, or None when it is no count (5000 digits, past int64)."""
+    try:
+        return tr.int_text(text, source, 0, COUNT_MAX)
+    except tr.ShapeError:
+        return None
+
+
+def _ninja(line):
+    """(done, total) of a ninja ``[N/M]`` line; None when it is not one or its numbers cannot be real."""
+    m = NINJA.match(line)
+    if not m:
+        return None
+    done, total = _count(m.group(1), 'ninja'), _count(m.group(2), 'ninja')
+    if done is None or total is None or done > total:
+        return None
+    return done, total
+
+
+def _make(line):
+    m = MAKE.match(line)
+    if not m:
+        return None
+    percent = _count(m.group(1), 'make')
+    return None if percent is None or percent > 100 else float(percent)
+
+
 def build_progress(lines):
-    """{'done', 'total', 'percent', 'msg'} from a build log's lines (build_progress([]) says nothing yet)."""
+    """{'done', 'total', 'percent', 'msg'} from a build log's lines (build_progress([]) says nothing yet). A
+    progress line whose numbers cannot be real (``[5/3]``, ``[ 250%]``, 5000 digits) is skipped."""
     start = max([i for i, line in enumerate(lines) if line.startswith('$ ')] or [-1])
     current = lines[start + 1:]
     command = lines[start][2:] if start >= 0 else ''
     done = total = percent = None
     for line in reversed(current):
-        m = NINJA.match(line)
-        if m:
-            done, total = int(m.group(1)), int(m.group(2))
+        counted = _ninja(line)
+        if counted:
+            done, total = counted
             percent = round(100.0 * done / total, 1) if total else 100.0
             break
-        m = MAKE.match(line)
-        if m:
-            percent = float(m.group(1))
+        percent = _make(line)
+        if percent is not None:
             break
     if done is not None:
         msg = 'built %d of %d objects (%.0f%%)' % (done, total, percent)
@@ -112,6 +174,25 @@ def build_progress(lines):
     else:
         msg = 'configuring (cmake)'
     return {'done': done, 'total': total, 'percent': percent, 'msg': msg}
+
+
+def _fetch_line(what):
+    """{'done', 'total', 'percent', 'rate', 'eta_s'} of a ``progress`` line; None when it is not one or its
+    numbers cannot be real (``1.2.3%``, more done than total, 5000 digits)."""
+    m = FETCH_PROGRESS.match(what)
+    if not m:
+        return None
+    done, total = _count(m.group('done'), 'fetch'), _count(m.group('total'), 'fetch')
+    eta = m.group('eta')
+    eta_s = _count(eta, 'fetch') if eta is not None else None
+    try:
+        percent = float(tr.num_text(m.group('pct'), 'fetch', 0.0, 100.0))
+        tr.num_text(m.group('rate_n'), 'fetch', 0.0, float(COUNT_MAX))
+    except tr.ShapeError:
+        return None
+    if done is None or total is None or done > total or (eta is not None and eta_s is None):
+        return None
+    return {'done': done, 'total': total, 'percent': percent, 'rate': m.group('rate') + '/s', 'eta_s': eta_s}
 
 
 def fetch_progress(lines, label):
@@ -130,12 +211,9 @@ def fetch_progress(lines, label):
         return out
     note = ''
     for what in reversed(mine):
-        m = FETCH_PROGRESS.match(what)
-        if m:
-            done, total = int(m.group('done')), int(m.group('total'))
-            eta = m.group('eta')
-            out.update(done=done, total=total, percent=float(m.group('pct')), rate=m.group('rate') + '/s',
-                       eta_s=int(eta[:-1]) if eta != '?' else None)
+        found = _fetch_line(what)
+        if found:
+            out.update(found)
             break
         if not note and (what.startswith('attempt ') or what.startswith('restart ') or what.startswith('FAILED')):
             note = what
@@ -148,21 +226,40 @@ def fetch_progress(lines, label):
     return out
 
 
+# async_wrapper's record while the job runs: {"started": true, "finished": false, "ansible_job_id": ...} (1 and 0
+# before ansible-core 2.19); once the job ends, the module's own result, which has no "started" (async_status
+# reads the file so). Enum compares with the type: "no", 0.5, [] and {} are not a state.
+_STATE = tr.Enum(True, False, 1, 0)
+RESULTS_RECORD = tr.Obj({'started': _STATE, 'finished': _STATE})
+
+
 def job_finished(results_file):
-    """True once the async job's results file holds its result (async_wrapper writes ``started`` first)."""
+    """True once the async job's results file holds its result (async_wrapper writes ``started`` first); False
+    while it does not exist yet. ProgressError for a file that is no results file: not a regular file (a FIFO,
+    a device, a link to /dev/zero), past the size cap, not JSON, or a record whose state is not a boolean."""
     if not results_file:
         return False
+    source = 'the results file %s' % results_file
     try:
-        with open(results_file, 'r') as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return False    # not written yet, or being rewritten
-    return isinstance(data, dict) and ('started' not in data or bool(data.get('finished')))
+        data = read_bytes(results_file, what='async results file', max_bytes=RESULTS_MAX_BYTES)
+    except FileRefused as exc:
+        if exc.errno == errno.ENOENT:
+            return False    # not written yet
+        raise ProgressError('the results file %s' % exc)
+    try:
+        record = tr.load_json(data, source)
+        state = tr.read(RESULTS_RECORD, record, source)    # an object whose started and finished are states
+        if 'started' not in state:
+            return True     # the module's result (async_status reads it as finished, whatever else it holds)
+        return bool(state.get('finished', False))
+    except tr.ShapeError as exc:
+        raise ProgressError('%s (async_wrapper writes a JSON object with started and finished as booleans)' % exc)
 
 
 def wait(results_file, seconds, interval=0.5, clock=time.monotonic, sleep=time.sleep):
-    """Sleep up to seconds, returning early (True) when the job has finished."""
-    end = clock() + max(0.0, float(seconds))
+    """Sleep up to seconds (finite, at most WAIT_MAX), returning early (True) when the job has finished."""
+    check_timing({'wait': seconds})
+    end = clock() + float(seconds)
     while True:
         if job_finished(results_file):
             return True
@@ -173,6 +270,7 @@ def wait(results_file, seconds, interval=0.5, clock=time.monotonic, sleep=time.s
 
 
 def progress(log, fmt, label=None, results_file=None, wait_s=0.0):
+    """One poll: {'msg' (printable), 'finished', the counts}; ProgressError names what was refused."""
     finished = wait(results_file, wait_s)
     lines = tail_lines(log) if log else []
     if fmt == 'build':
@@ -182,6 +280,9 @@ def progress(log, fmt, label=None, results_file=None, wait_s=0.0):
             raise ProgressError('format fetch needs label (the file name the progress log names)')
         out = fetch_progress(lines, label) if log else {'msg': '%s: downloading (no progress log)' % label}
     else:
-        raise ProgressError('format must be build or fetch, not %r' % (fmt,))
+        raise ProgressError('format must be build or fetch, not %s' % tr.quote(fmt))
+    out['msg'] = tr.printable(out['msg'], limit=MSG_MAX)
+    if out.get('rate') is not None:
+        out['rate'] = tr.printable(out['rate'], limit=MSG_MAX)
     out['finished'] = finished
     return out

@@ -17,6 +17,12 @@ existing one gets the mode, owner and group given. So a role's files and the dir
 An env file (``compare: values``) also says whether its *values* changed - what systemd's
 ``EnvironmentFile=`` reads, parsed by the collection's one env-file reader (llama_env) - so a change to its
 comments alone is written without restarting the service that reads it.
+
+Every option is checked before anything is compared, run or written (check_specs, which the action runs too before
+it renders): a destination normalised (no ``..``; ``/d/./a.env`` and ``/d//a.env`` are ``/d/a.env``) and given once,
+an owner or group a name or an id from 0 to 2**32-2 (2**32-1 is chown's "leave it"), a mode of octal digits, a
+validate command with exactly one ``%s`` and no other ``%`` but ``%%`` (ansible.builtin.template formats it with
+Python's ``%``, which raises on any other). Each refusal names the file, the option and the fix.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -26,20 +32,45 @@ import grp
 import hashlib
 import os
 import pwd
+import re
 import shutil
 import stat
 import tempfile
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import parse as parse_env
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_dir, open_parent
 
 COMPARE = ('bytes', 'values')
 DIR_MODE = 0o755
 DIFF_MAX_BYTES = 256 * 1024
+ID_MAX = 2 ** 32 - 2        # uid_t/gid_t; 2**32-1 is (uid_t)-1, chown's "leave it as it is"
+PATH_MAX = 4096
+VALIDATE_MAX = 4096
+MSG_MAX = 2000
+# A user or group name: no control character (Str name=True), no ':' (the passwd field separator), no '/', no
+# white space, not starting with '-' (an option to every tool); all digits is an id, read as a number.
+OWNER_NAME = tr.Str(max_len=256, min_len=1, name=True, pattern=r'[^:/\s-][^:/\s]*',
+                    what='a user or group name (no ":", "/", white space or leading "-") or an id')
+_ID = re.compile(r'[0-9]+\Z', re.ASCII)
+_MODE = re.compile(r'(?:0o)?([0-7]{1,5})\Z', re.ASCII)
+_PERCENT = re.compile(r'%(.?)', re.S)
+PATH = tr.Str(max_len=PATH_MAX, min_len=1, name=True, what='an absolute path without control characters')
+VALIDATE = tr.Str(max_len=VALIDATE_MAX, name=True, what='a command without control characters')
+
+
+def _show(value):
+    """A value as a refusal quotes it: in full up to a path's length (the 60 characters of tr.quote cut a path
+    before the name that differs), printable."""
+    return tr.printable(repr(value), limit=PATH_MAX) if isinstance(value, str) else tr.quote(value)
 
 
 class RenderError(Exception):
-    """A file that cannot be compared, validated or written; the message names it and the fix."""
+    """A file that cannot be compared, validated or written; the message names it and the fix (printable: the
+    names in it may come from anywhere)."""
+
+    def __init__(self, msg):
+        Exception.__init__(self, tr.printable(msg, limit=MSG_MAX))
 
 
 # The options of dankfleet.llm.render_files, one copy for the action (which validates them on the controller)
@@ -88,47 +119,147 @@ def values_differ(before, after):
 
 
 def parse_mode(mode, dest):
+    """Permission bits of an octal string (``"0640"``, ``"0o640"``) or an integer, at most 0o7777."""
     if mode is None or mode == '':
         return None
-    if isinstance(mode, int):
+    value = None
+    if isinstance(mode, int) and not isinstance(mode, bool):
         value = mode
-    else:
-        try:
-            value = int(str(mode), 8)
-        except ValueError:
-            raise RenderError('%s: mode %r is not an octal number; give it quoted, e.g. "0640"' % (dest, mode))
+    elif isinstance(mode, str):
+        m = _MODE.match(mode)
+        if not m:
+            raise RenderError('%s: mode %s is not an octal number; give it quoted, e.g. "0640"' % (dest, tr.quote(mode)))
+        value = int(m.group(1), 8)
+    if value is None:
+        raise RenderError('%s: mode %s is not an octal number; give it quoted, e.g. "0640"' % (dest, tr.quote(mode)))
     if value < 0 or value > 0o7777:
-        raise RenderError('%s: mode %r is out of range' % (dest, mode))
+        raise RenderError('%s: mode %s is out of range: permission bits are 0 to 07777' % (dest, tr.quote(mode)))
     return value
 
 
-def _lookup(table, name):
-    """uid/gid of a name or number; None when it does not exist (check mode on a fresh host)."""
-    if name is None or name == '':
+def owner_id(value, option, where):
+    """An owner or group as given: -1 when not given, an int for an id (0..ID_MAX), the name otherwise; a value
+    that is neither is refused naming where and the option."""
+    if value is None or value == '':
         return -1
-    text = str(name)
-    if text.isdigit():
-        return int(text)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
     try:
-        return table(text)[2]
+        if isinstance(value, str) and _ID.match(value):
+            return tr.int_text(value, '%s: %s' % (where, option), 0, ID_MAX)
+        return tr.read(OWNER_NAME, value, '%s: %s' % (where, option))
+    except tr.ShapeError as exc:
+        raise RenderError('%s; give a name that exists on the host or an id from 0 to %d' % (exc, ID_MAX))
+
+
+def _lookup(table, value, option, where):
+    """uid/gid of a name or number; None when the name does not exist (check mode on a fresh host)."""
+    value = owner_id(value, option, where)
+    if isinstance(value, int):
+        return value
+    try:
+        return table(value)[2]
     except KeyError:
         return None
+    except (ValueError, UnicodeError) as exc:   # a name the system's encoding cannot hold
+        raise RenderError('%s: %s %s cannot be looked up: %s' % (where, option, tr.quote(value), exc))
 
 
-def resolve_owner(spec):
-    uid = _lookup(pwd.getpwnam, spec.get('owner'))
-    gid = _lookup(grp.getgrnam, spec.get('group'))
+def resolve_owner(spec, where=None):
+    where = where or spec.get('dest') or spec.get('path')
+    uid = _lookup(pwd.getpwnam, spec.get('owner'), 'owner', where)
+    gid = _lookup(grp.getgrnam, spec.get('group'), 'group', where)
     return uid, gid
+
+
+def normal_path(path, option, where=None):
+    """The absolute path as one spelling (``/d/./a.env``, ``/d//a.env`` and ``//d/a.env/`` are ``/d/a.env``);
+    ``..`` is refused (it may cross a link), as are control characters and a relative path."""
+    label = '%s %s' % (option, _show(path)) if where is None else '%s: %s' % (where, option)
+    try:
+        tr.read(PATH, path, label)
+    except tr.ShapeError as exc:
+        raise RenderError('%s; give the absolute path of the file' % exc)
+    if not path.startswith('/'):
+        raise RenderError('%s %s must be an absolute path' % (option, _show(path)))
+    if '..' in path.split('/'):
+        raise RenderError('%s %s holds "..": give the path without it (a ".." after a link leads elsewhere)'
+                          % (option, _show(path)))
+    return '/' + os.path.normpath(path).lstrip('/')
+
+
+def check_validate(command, dest):
+    """validate as ansible.builtin.template runs it (``command % path``): exactly one ``%s``; ``%%`` is a literal
+    ``%``; any other ``%`` would raise in Python's formatting, so it is refused here by name, before anything."""
+    if command is None or command == '':
+        return
+    try:
+        tr.read(VALIDATE, command, '%s: validate' % dest)
+    except tr.ShapeError as exc:
+        raise RenderError(str(exc))
+    places = 0
+    for m in _PERCENT.finditer(command):
+        if m.group(1) == 's':
+            places += 1
+        elif m.group(1) != '%':
+            raise RenderError('%s: validate %s holds %s, a "%%" other than the one %%s (the path of the candidate): '
+                              'write a literal %% as %%%%' % (dest, _show(command), tr.quote(m.group(0))))
+    if places != 1:
+        raise RenderError('%s: validate %s must contain %%s exactly once (the path of the candidate), not %d times'
+                          % (dest, _show(command), places))
+
+
+def check_specs(files, directories=None, need_content=True):
+    """Check every option of every file and directory before anything is compared, run or written: paths
+    (normalised, each once), owner, group, mode, compare, validate and, with need_content, the content."""
+    if not isinstance(files, list) or not isinstance(directories or [], list):
+        raise RenderError('files and directories must be lists')
+    seen = {}
+    for spec in directories or []:
+        if not isinstance(spec, dict):
+            raise RenderError('each directory must be a dict with path, not %s' % tr.kind(spec))
+        key = normal_path(spec.get('path'), 'directory')
+        if key in seen:
+            raise RenderError('directory %s is given twice (as %s and %s); each directory once'
+                              % (key, _show(seen[key]), _show(spec.get('path'))))
+        seen[key] = spec.get('path')
+        parse_mode(spec.get('mode'), key)
+        owner_id(spec.get('owner'), 'owner', key)
+        owner_id(spec.get('group'), 'group', key)
+    seen = {}
+    for spec in files:
+        if not isinstance(spec, dict):
+            raise RenderError('each file must be a dict with dest, not %s' % tr.kind(spec))
+        key = normal_path(spec.get('dest'), 'dest')
+        if key in seen:
+            raise RenderError('%s is given twice (as %s and %s); each file once'
+                              % (key, _show(seen[key]), _show(spec.get('dest'))))
+        seen[key] = spec.get('dest')
+        compare = spec.get('compare') or 'bytes'
+        if compare not in COMPARE:
+            raise RenderError('%s: compare %s; use one of %s' % (key, tr.quote(compare), ', '.join(COMPARE)))
+        parse_mode(spec.get('mode'), key)
+        owner_id(spec.get('owner'), 'owner', key)
+        owner_id(spec.get('group'), 'group', key)
+        check_validate(spec.get('validate'), key)
+        if need_content:
+            content = spec.get('content')
+            if not isinstance(content, str):
+                raise RenderError('%s: no content (the action renders src into content)' % key)
+            try:
+                content.encode('utf-8')
+            except UnicodeEncodeError as exc:
+                raise RenderError('%s: the content holds %s at character %d, which UTF-8 cannot hold'
+                                  % (key, tr.quote(content[exc.start]), exc.start))
 
 
 def compare_one(spec, want_diff=False):
     """What writing spec would change: a dict with changed, values_changed, reasons, the old text for a diff."""
     dest = spec['dest']
-    if not isinstance(dest, str) or not os.path.isabs(dest):
-        raise RenderError('dest %r must be an absolute path' % (dest,))
+    normal_path(dest, 'dest')
     compare = spec.get('compare') or 'bytes'
     if compare not in COMPARE:
-        raise RenderError('%s: compare %r; use one of %s' % (dest, compare, ', '.join(COMPARE)))
+        raise RenderError('%s: compare %s; use one of %s' % (dest, tr.quote(compare), ', '.join(COMPARE)))
     content = spec.get('content')
     if not isinstance(content, str):
         raise RenderError('%s: no content (the action renders src into content)' % dest)
@@ -193,17 +324,21 @@ def validate_one(spec, content, run):
     command = spec.get('validate')
     if not command:
         return
-    if '%s' not in command:
-        raise RenderError('%s: validate %r must contain %%s (the path of the candidate)' % (spec['dest'], command))
-    workdir = tempfile.mkdtemp(prefix='render_files.')
+    check_validate(command, spec['dest'])
+    workdir = None
     try:
-        path = os.path.join(workdir, os.path.basename(spec['dest']))
+        workdir = tempfile.mkdtemp(prefix='render_files.')
+        path = os.path.join(workdir, os.path.basename(os.path.normpath(spec['dest'])))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_NOFOLLOW', 0), 0o600)
         with os.fdopen(fd, 'wb') as handle:
             handle.write(content.encode('utf-8'))
         rc, out, err = run(command % path)
+    except OSError as exc:
+        raise RenderError('%s: cannot make the private copy for validate: %s; nothing after it was written'
+                          % (spec['dest'], exc))
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     if rc != 0:
         raise RenderError('%s: the validate command refused the new file (rc %d); it was not written, nor any file after it: %s'
                           % (spec['dest'], rc, (err or out or '').strip()))
@@ -231,8 +366,7 @@ def _describe_dir(mode, owner, group):
 def compare_dir(spec):
     """What making spec's directory would change: a dict with changed, reasons, and before/after for a diff."""
     path = spec.get('path')
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise RenderError('directory %r must be an absolute path' % (path,))
+    normal_path(path, 'directory')
     mode = parse_mode(spec.get('mode'), path)
     uid, gid = resolve_owner(spec)
     try:
@@ -303,20 +437,9 @@ def converge(files, check_mode=False, want_diff=False, run=None, directories=Non
     Returns {changed, values_changed, files: {dest: {changed, values_changed, reasons, checksum}},
     directories: {path: {changed, reasons}}, diff: [...]}. A directory is no change of values.
     """
-    seen = set()
-    dirs = []
-    for spec in directories or []:
-        if spec.get('path') in seen:
-            raise RenderError('directory %s is given twice; each directory once' % spec.get('path'))
-        seen.add(spec.get('path'))
-        dirs.append(compare_dir(spec))
-    seen = set()
-    found = []
-    for spec in files:
-        if spec.get('dest') in seen:
-            raise RenderError('%s is given twice; each file once' % spec.get('dest'))
-        seen.add(spec.get('dest'))
-        found.append(compare_one(spec, want_diff))
+    check_specs(files, directories)     # every option, before anything is compared, run or written
+    dirs = [compare_dir(spec) for spec in directories or []]
+    found = [compare_one(spec, want_diff) for spec in files]
     pending = [(spec, f) for spec, f in zip(files, found) if f['changed']]
     made = [(spec, d) for spec, d in zip(directories or [], dirs) if d['changed']]
     if not check_mode:

@@ -21,6 +21,10 @@ description:
     its base name) after its last C(start) or C(resume) line - and returns bytes done of total, the rate
     and the ETA of its last C(progress) line.
   - The log is opened as a regular file only (a link or a FIFO is refused). Never changes anything.
+  - Both files are the host's and read as such - the results file as a regular file of at most 64 MiB (a FIFO, a
+    device or a link to one is refused) holding async_wrapper's JSON record, whose C(finished) must be a boolean
+    or 0/1 (anything else is refused, never read as finished); a log line whose numbers cannot be real is
+    skipped; control characters of the log are escaped in RV(msg).
   - The caller collects the job's result with M(ansible.builtin.async_status) once RV(finished) is true.
   - With O(delay) and O(results_file), the action polls by itself until the job has finished, and prints
     each poll's line on the controller as it comes (C([host] built 112 of 234 objects (48%) (poll 4, 120s))),
@@ -46,7 +50,7 @@ options:
         ends early when the job has finished.
     type: path
   wait:
-    description: Seconds to wait before reading (the poll's delay); 0 reads at once.
+    description: Seconds to wait before reading (the poll's delay); 0 reads at once. At most 3600.
     type: float
     default: 0
   delay:
@@ -54,9 +58,12 @@ options:
       - With O(results_file), poll until the job has finished, O(delay) seconds apart at most (each poll
         waits on the host, and ends early when the job finishes), printing a line on the controller at each.
       - Without it, one read.
+      - Above 0 and at most 3600 (NaN and the infinities are refused).
     type: float
   timeout:
-    description: With O(delay), fail when the job has not finished after this many seconds of polling.
+    description:
+      - With O(delay), fail when the job has not finished after this many seconds of polling.
+      - From 0 to 604800 (a week; NaN and the infinities are refused).
     type: float
     default: 86400
 attributes:
@@ -134,7 +141,8 @@ eta_s:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import ARGUMENT_SPEC, ProgressError, progress
+from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (
+    ARGUMENT_SPEC, ProgressError, check_timing, progress)
 
 
 def main():
@@ -145,9 +153,10 @@ def main():
     )
     p = module.params
     try:
+        check_timing(p)
         out = progress(p["log"], p["format"], p["label"], p["results_file"], p["wait"])
     except ProgressError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg='dankfleet.llm.job_progress: %s' % exc)
     module.exit_json(changed=False, **out)
 
 

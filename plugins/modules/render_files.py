@@ -40,7 +40,10 @@ options:
     default: []
     suboptions:
       dest:
-        description: Absolute path on the host. Its directory must exist or be one of O(directories).
+        description:
+          - Absolute path on the host. Its directory must exist or be one of O(directories).
+          - C(..) is refused; C(/d/./a.env) and C(/d//a.env) are C(/d/a.env), so each file is given once however it
+            is spelled.
         type: path
         required: true
       src:
@@ -57,10 +60,10 @@ options:
         type: bool
         default: true
       owner:
-        description: Owner name or uid; left as it is when not given.
+        description: Owner name or uid (0 to 4294967294); left as it is when not given.
         type: str
       group:
-        description: Group name or gid; left as it is when not given.
+        description: Group name or gid (0 to 4294967294); left as it is when not given.
         type: str
       mode:
         description: Permission bits, an octal string (C("0640")) or an integer; C(0644) for a new file when not given.
@@ -69,6 +72,8 @@ options:
         description:
           - A command run on a private copy of a file that would change, its path in place of C(%s), like
             C(ansible.builtin.template)'s C(validate); a non-zero exit refuses the file. Not run in check mode.
+          - C(%s) must appear exactly once; a literal C(%) is written C(%%), and any other C(%) is refused before
+            anything is written (Python's C(%) formatting, which C(ansible.builtin.template) uses, raises on it).
         type: str
       compare:
         description:
@@ -230,6 +235,8 @@ def main():
                           directories=module.params['directories'])
     except RenderError as exc:
         module.fail_json(msg='dankfleet.llm.render_files: %s' % exc)
+    except OSError as exc:  # the file layer's refusals are RenderErrors; this is the host saying no (EIO, ENOSPC)
+        module.fail_json(msg='dankfleet.llm.render_files: %s' % RenderError(str(exc)))
     result['round_trips'] = 1
     module.exit_json(**result)
 

@@ -98,8 +98,9 @@ def test_wait_gives_up_after_the_delay(tmp_path):
     assert jp.wait(str(results), 3, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)) is False
     assert now[0] == 3.0
     assert jp.job_finished(str(tmp_path / 'absent')) is False
-    results.write_text('{"started": 1, "fin')     # being rewritten
-    assert jp.job_finished(str(results)) is False
+    results.write_text('{"started": 1, "fin')     # async_wrapper renames a whole record in: a cut one is no record
+    with pytest.raises(jp.ProgressError, match='not JSON'):
+        jp.job_finished(str(results))
 
 
 def test_a_log_that_is_a_link_is_refused(tmp_path):
