@@ -653,7 +653,7 @@ def serve_problems(v, payload=None):
     cache = v.get("llama_server_cache_ram")
     if "llama_server_cache_ram" in v and not (isinstance(cache, str) and cache == "auto"):
         lo, hi, why = BOUNDS["llama_server_cache_ram"]
-        if not int_like(cache) or not lo <= int(cache) <= hi:
+        if not (_is_int(cache) or (isinstance(cache, str) and _INT_TEXT.match(cache))) or not lo <= int(cache) <= hi:
             p.append(Problem("llama_server_cache_ram", "llama_server_cache_ram is %s: give MiB as a whole number from "
                              "%d to %d (%s), or auto" % (tr.quote(cache), lo, hi, why)))
     flash = v.get("llama_server_flash_attn")
@@ -757,7 +757,7 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
                     for role in PAYLOAD_ROLES)
     paths = payload_paths(manifest, settled.get("gguf_fetch_models_dir", "/var/lib/dankfleet/models"),
                           dict((r, p) for r, p in fallback.items() if isinstance(p, str) and p))
-    if "target" not in paths:
+    if "target" not in paths and not any(p.variable == "gguf_fetch_manifest" for p in problems):
         problems.append(Problem("gguf_fetch_manifest", "%s names no target model: gguf_fetch_manifest has no entry with "
                                 "role: target (and llama_server_model_path is empty). A new endpoint host needs its "
                                 "own host_vars/%s.yml with gguf_fetch_manifest (name, role: target, repo, file, url, "
