@@ -26,6 +26,7 @@ import os
 import re
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.serve_guard import shadowed
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import BOOLEANS_FALSE, BOOLEANS_TRUE
 
@@ -42,11 +43,12 @@ INERT_UNLESS = (
 )
 
 # The dankfleet_* names an inventory may set beyond the fleet-wide settings of roles/dankfleet (whose argument
-# spec types those), and the results the collection publishes under that prefix.
+# spec types those), and the results the collection publishes under that prefix: a type, or the option whose
+# spec types it (the runtimes serving now are what runtime_retire retires).
 DANKFLEET_NAMES = {
     "dankfleet_private_address": "str",
-    "dankfleet_serving_now": "list",
-    "dankfleet_rollback_retire": "list",
+    "dankfleet_serving_now": "runtime_retire_runtimes",
+    "dankfleet_rollback_retire": "runtime_retire_runtimes",
     "dankfleet_cache_in_container": "str",
     # published: the settle step's own result
     "dankfleet_settled": "dict",
@@ -60,9 +62,8 @@ PLAN_SERVE = (
     ("spec_draft_n_max", "int"), ("spec_draft_device", "str"), ("vision", "bool"), ("rpc", "list"),
 )
 PAYLOAD_ROLES = ("target", "drafter", "mmproj")
-_INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
-_FLOAT_TEXT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,20}\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class Problem(object):
@@ -112,6 +113,7 @@ def unknown_names(names, known):
     problems = []
     candidates = sorted(known)
     for name in sorted(n for n in names if governed(n) and n not in known):
+        shown = tr.printable(name, limit=200)
         close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
         prefix = next(p for p in PREFIXES if name.startswith(p))
         if close:
@@ -119,117 +121,366 @@ def unknown_names(names, known):
         else:
             fix = ("no role reads a %s* variable of that name; remove it or see the roles' README for the "
                    "names they take" % prefix)
-        problems.append(Problem(name, "%s is not a variable of this collection: %s." % (name, fix), kind="unknown"))
+        problems.append(Problem(shown, "%s is not a variable of this collection: %s." % (shown, fix), kind="unknown"))
     return problems
 
 
 # --- types ----------------------------------------------------------------------------------------------------
+#
+# Every value a host sets is read through a typed_reader shape made from its argument spec (spec_shape): the
+# type, a list's elements, a dict's suboptions (required ones; a key no role reads is refused), choices. What a
+# spec's type cannot say -- a number's domain, a name's characters -- is in the two tables below, keyed by where
+# the value sits: the option, ``option[]`` for a list's element, ``option[].field`` for an entry's field.
+
+# (lo, hi, why) of the numbers whose domain is known; any other int is an int64, any other float finite.
+BOUNDS = {
+    "llama_server_port": (1, 65535, "a TCP port 1-65535"),
+    "llama_server_ctx_size": (0, 1 << 24, "tokens of the whole context, 0 for the plan's; no model is trained past 16M"),
+    "llama_server_parallel": (1, 1024, "slots share one context: 1 or more, and 1024 leaves each a sliver"),
+    "llama_server_batch_size": (1, 1 << 20, "tokens of a logical batch; llama.cpp sizes its buffers by it"),
+    "llama_server_ubatch_size": (1, 1 << 20, "tokens of a physical batch; the compute buffer grows with it"),
+    "llama_server_tensor_split[]": (0, 1e6, "one device's share: a layer count or a proportion"),
+    "llama_server_cache_ram": (-1, 1 << 24, "MiB of host RAM for prompt caches (-1 no limit); 16 TiB is no host's"),
+    "llama_server_temperature": (0, 10, "a sampling temperature: 0 is greedy, above 10 is noise"),
+    "llama_server_top_p": (0, 1, "a probability mass"),
+    "llama_server_min_p": (0, 1, "a probability"),
+    "llama_server_presence_penalty": (-2, 2, "the OpenAI range llama.cpp follows"),
+    "llama_server_top_k": (0, 1 << 20, "tokens kept; no vocabulary is larger"),
+    "llama_server_gpu_layers": (-1, 100000, "layers on the GPUs (999: all of them)"),
+    "llama_server_threads": (-1, 4096, "CPU threads"),
+    "llama_server_threads_batch": (-1, 4096, "CPU threads"),
+    "llama_server_ctx_checkpoints": (0, 4096, "KV snapshots per slot"),
+    "llama_server_reasoning_budget": (-1, 1 << 24, "tokens of thinking (-1 unlimited); no more than a context"),
+    "llama_server_spec_draft_n_max": (0, 1024, "draft tokens per step"),
+    "llama_server_spec_ngram_mod_n_match": (0, 1 << 16, "tokens of an n-gram"),
+    "llama_server_spec_ngram_mod_n_min": (0, 1 << 16, "tokens of an n-gram"),
+    "llama_server_spec_ngram_mod_n_max": (0, 1 << 16, "tokens of an n-gram"),
+    "llama_server_verify_window_fraction": (0, 1, "a fraction of the context"),
+    "llama_server_plan_actual_workers[].pid": (1, 1 << 22, "a Linux process id (pid_max is at most 4194304)"),
+    "llama_rpc_worker_devices[].port": (1, 65535, "a TCP port 1-65535"),
+    "gguf_fetch_manifest[].size": (0, 1 << 44, "bytes of one file (0 until filled from the Hub); no GGUF is 16 TiB"),
+    "gguf_fetch_progress_interval": (0, 86400, "seconds"),
+    "gguf_fetch_retry_delay": (0, 3600, "seconds"),
+    "gguf_fetch_timeout": (0, 86400, "seconds"),
+    "runtime_retire_runtimes[].ports[]": (1, 65535, "a TCP port 1-65535"),
+    "llm_bench_batch_sizes[]": (1, 1 << 20, "tokens of a logical batch"),
+    "llm_bench_batch_ubatch_sizes[]": (1, 1 << 20, "tokens of a physical batch"),
+    "llm_bench_batch_depths[]": (0, 1 << 24, "tokens of context already filled"),
+}
+
+_UNIT_CHARS = r"(?![.@])[A-Za-z0-9:_.@\\-]+"            # systemd.unit(5), as runtime_retire and trash_files check
+_UNIT_TYPES = r"\.(?:service|socket|device|mount|automount|swap|target|path|timer|slice|scope)"
+_LOGIN = (r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?", "a login name ([A-Za-z_][A-Za-z0-9_.-]*, at most 32 characters)")
+_COMPONENT = (r"(?!\.\.?\Z)[A-Za-z0-9][A-Za-z0-9._+-]*", "one path component ([A-Za-z0-9][A-Za-z0-9._+-]*)")
+_ABSOLUTE = (r"/.*", "an absolute path")
+_PORT_UNIT = (_UNIT_CHARS + _UNIT_TYPES, "a systemd unit name like foo.service")
+# (pattern, what) of the strings that become names: matched in full (never `$`, which matches before a trailing
+# newline); every string refuses control characters unless it is FREE_TEXT (a newline is an env-file injection).
+NAMES = {
+    "llama_server_service_name": (r"[A-Za-z0-9][A-Za-z0-9_.@-]*", "a plain unit name ([A-Za-z0-9][A-Za-z0-9_.@-]*)"),
+    "llama_server_alias": (r"\S*", "a model id without spaces"),
+    "llama_server_user": _LOGIN, "llama_server_group": _LOGIN, "gguf_fetch_owner": _LOGIN,
+    "gguf_fetch_group": _LOGIN, "llama_cpp_build_user": _LOGIN, "llama_cpp_build_group": _LOGIN,
+    "llm_observability_owner": _LOGIN, "llm_observability_group": _LOGIN, "llm_bench_batch_user": _LOGIN,
+    "llama_server_port_handover_units[]": _PORT_UNIT,
+    "llm_observability_unit": _PORT_UNIT,
+    "gguf_fetch_manifest[].name": _COMPONENT,
+    "gguf_fetch_manifest[].file": _COMPONENT,
+    "gguf_fetch_manifest[].url": (r"https?://\S+", "an http(s) URL"),
+    "gguf_fetch_manifest[].sha256": (r"(?:sha256:)?[0-9a-fA-F]{64}|FILL[A-Za-z0-9_./-]*",
+                                     "64 hex digits (the Hub's LFS oid), or a FILL- placeholder"),
+    "gguf_fetch_manifest[].dest_dir": _ABSOLUTE,
+    "runtime_retire_runtimes[].name": (r"[A-Za-z0-9][A-Za-z0-9._-]*", "a name of [A-Za-z0-9._-]"),
+    "runtime_retire_runtimes[].tag": (r"[A-Za-z0-9][A-Za-z0-9._-]*", "a tag of [A-Za-z0-9._-]"),
+    "runtime_retire_runtimes[].units[].name": _PORT_UNIT,
+    "runtime_retire_runtimes[].units[].user": _LOGIN,
+    "runtime_retire_runtimes[].quadlets[].path": (
+        r"/(?:.*/)?" + _UNIT_CHARS + r"\.(?:container|kube|pod|network|volume|build|image)",
+        "an absolute path to a .container/.kube/.pod/.network/.volume/.build/.image file"),
+    "runtime_retire_runtimes[].quadlets[].user": _LOGIN,
+    "runtime_retire_runtimes[].files[]": _ABSOLUTE,
+}
+# Strings that are prose (a prompt): a newline or a tab is theirs, other control characters are not.
+FREE_TEXT = frozenset(("llama_server_gate_prompt", "llama_server_gate_spec_prompt"))
+# Values never quoted in a refusal.
+SECRET_SUFFIXES = ("_token", "_api_key", "_password")
+PROBLEMS_PER_VARIABLE = 20
+
+
+class _Said(tr.ShapeError):
+    """A refusal that reads as a sentence about the value: ``x is 'two', not a whole number: ...``."""
+
+
+def _say(source, path, text):
+    raise _Said(source, path, text)
+
+
+def _field(source, path):
+    """The name the fix spells (``size: 2``): the field or the variable, None for a list's element."""
+    if not path:
+        return source
+    return None if path.endswith("]") else path.rsplit(".", 1)[-1]
+
+
+def _example(source, path, sample):
+    field = _field(source, path)
+    return "e.g. %s: %s" % (field, sample) if field else "e.g. %s" % sample
+
+
+def _present(value, source, path):
+    if value is None:
+        _say(source, path, "is empty (null): give it a value or remove the line so the default applies")
+
+
+def _within(number, value, bounds, source, path):
+    lo, hi, why = bounds
+    if not lo <= number <= hi:
+        _say(source, path, "is %s, out of range: give a number from %s to %s (%s)" % (tr.quote(value), lo, hi, why))
+    return number
+
+
+class _Whole(tr.Shape):
+    """An int by Ansible's rules (a number, an integral float, its digits as text: -e gives text), bounded."""
+    expect = "a whole number"
+
+    def __init__(self, bounds=None):
+        self.bounds = bounds or (-tr.INT_LIMIT, tr.INT_LIMIT, "a 64-bit integer")
+
+    def read(self, value, source, path=""):
+        _present(value, source, path)
+        try:
+            number = tr.Int(text=True).read(value, source, path)
+        except tr.ShapeError:
+            _say(source, path, "is %s, not a whole number: write it as a number (%s), no quotes or words"
+                 % (tr.quote(value), _example(source, path, 2)))
+        return _within(number, value, self.bounds, source, path)
+
+
+class _Number(tr.Shape):
+    """A finite number (or its decimal text), bounded; never a boolean, NaN or an infinity."""
+    expect = "a number"
+
+    def __init__(self, bounds=None):
+        self.bounds = bounds or (-float(tr.INT_LIMIT), float(tr.INT_LIMIT), "a finite number")
+
+    def read(self, value, source, path=""):
+        _present(value, source, path)
+        try:
+            number = tr.Num(text=True).read(value, source, path)
+        except tr.ShapeError:
+            _say(source, path, "is %s, not a finite number: write it as a number (%s)"
+                 % (tr.quote(value), _example(source, path, 0.7)))
+        return _within(number, value, self.bounds, source, path)
+
+
+class _Boolean(tr.Shape):
+    """A boolean by Ansible's words (yes/no, on/off, 1/0 ...), never by Python's truth."""
+    expect = "a boolean"
+
+    def read(self, value, source, path=""):
+        _present(value, source, path)
+        if isinstance(value, bool):
+            return value
+        key = value.lower().strip() if isinstance(value, str) else value
+        try:
+            if key in BOOLEANS_TRUE:
+                return True
+            if key in BOOLEANS_FALSE:
+                return False
+        except TypeError:
+            pass
+        _say(source, path, "is %s, not a boolean: write true or false (yes/no, on/off also read as booleans)"
+             % tr.quote(value))
+
+
+class _Text(tr.Shape):
+    """A string, no control character (a name: matched in full by its pattern). A whole number is taken as its
+    digits where the spec says str (YAML reads a git ref or a CUDA arch of digits as a number), never for a path."""
+    expect = "a string"
+
+    def __init__(self, path_type, name, free):
+        self.path_type = path_type
+        pattern, what = name or (None, None)
+        self.inner = tr.Str(max_len=255 if name else tr.STR_MAX, name=not free, lines=not free, pattern=pattern,
+                            what=what or ("a path" if path_type else "a string"))
+
+    def read(self, value, source, path=""):
+        _present(value, source, path)
+        if isinstance(value, bool):
+            _say(source, path, "is the boolean %s, not a string: quote it (%s) - YAML reads a bare on/off/yes/no as "
+                 "a boolean" % (value, _example(source, path, '"%s"' % ("on" if value else "off"))))
+        if _is_int(value) and not self.path_type and abs(value) <= tr.INT_LIMIT:
+            value = str(value)
+        if not isinstance(value, str):
+            _say(source, path, "is %s, not a %s: give it one value, %s"
+                 % (_got(value), "path" if self.path_type else "string", _example(source, path, '"..."')))
+        return self.inner.read(value, source, path)
+
+
+class _Choice(tr.Shape):
+    """The inner shape's value, one of the spec's choices."""
+
+    def __init__(self, inner, choices):
+        self.inner, self.choices = inner, list(choices)
+        self.expect = "one of %s" % ", ".join(str(c) for c in self.choices)
+
+    def read(self, value, source, path=""):
+        out = self.inner.read(value, source, path)
+        for choice in self.choices:
+            if isinstance(out, bool) is isinstance(choice, bool) and out == choice:
+                return out
+        _say(source, path, "has %s, which is not one of %s" % (tr.quote(out), ", ".join(str(c) for c in self.choices)))
+
+
+class _Seq(tr.List):
+    """A list of the spec's elements; a string is refused, never read character by character."""
+
+    def read(self, value, source, path=""):
+        self.whole(value, source, path)
+        return tr.List.read(self, value, source, path)
+
+    def whole(self, value, source, path):
+        _present(value, source, path)
+        field = _field(source, path) or "the entry"
+        if isinstance(value, str):
+            parts = [p.strip() for p in re.split(r"[,:]", value[:200]) if p.strip()]
+            _say(source, path, "is the string %s, not a list: write it as a YAML list, %s: [%s] (a string would be "
+                 "read character by character)" % (tr.quote(value), field, tr.printable(", ".join(parts), limit=80)))
+        if not isinstance(value, (list, tuple)):
+            _say(source, path, "is %s, not a list: write it as a YAML list, %s: [...]" % (_got(value), field))
+        if len(value) > self.max_len:
+            _say(source, path, "has %d items: at most %d" % (len(value), self.max_len))
+
+
+class _Entry(tr.Obj):
+    """A dict of the spec's suboptions: every required one present, none that no role reads."""
+
+    def __init__(self, fields, required):
+        tr.Obj.__init__(self, fields, required=required, extra=False)
+
+    def read(self, value, source, path=""):
+        self.whole(value, source, path)
+        problems = self.keys(value, source, path)
+        if problems:
+            raise problems[0]
+        return tr.Obj.read(self, value, source, path)
+
+    def whole(self, value, source, path):
+        _present(value, source, path)
+        if not isinstance(value, dict):
+            _say(source, path, "is %s, not a mapping: write it as a YAML mapping with %s"
+                 % (_got(value), ", ".join(sorted(self.fields))))
+
+    def keys(self, value, source, path):
+        """A refusal per required field missing and per key no role reads."""
+        out = []
+        for key in self.required:
+            if key not in value:
+                out.append(_Said(source, tr.join(path, key), "is missing: every entry sets %s (the role's argument "
+                                 "spec)" % ", ".join(self.required)))
+        for key in value:
+            if key not in self.fields:
+                close = difflib.get_close_matches(key, sorted(self.fields), n=1, cutoff=0.75) if isinstance(key, str) else []
+                out.append(_Said(source, tr.join(path, key if isinstance(key, str) else tr.quote(key)),
+                                 "is not a field of an entry: %sthe fields are %s"
+                                 % ("did you mean %s? " % close[0] if close else "", ", ".join(sorted(self.fields)))))
+        return out
+
+
+class _Mapping(tr.Map):
+    """A dict the spec gives no fields for: string keys, any bounded JSON values."""
+
+    def __init__(self):
+        tr.Map.__init__(self, tr.Json())
+
+    def read(self, value, source, path=""):
+        _present(value, source, path)
+        if not isinstance(value, dict):
+            _say(source, path, "is %s, not a mapping: write it as a YAML mapping, %s: {key: value}"
+                 % (_got(value), _field(source, path) or "the entry"))
+        return tr.Map.read(self, value, source, path)
+
+
+def _got(value):
+    kind = tr.kind(value)
+    return kind if isinstance(value, (dict, list, tuple)) or value is None else "%s %s" % (kind, tr.quote(value))
+
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _to_int(name, value):
-    if _is_int(value):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and _INT_TEXT.match(value.strip()):
-        return int(value.strip())
-    raise Invalid("%s is %r, not a whole number: write it as a number (e.g. %s: 2), no quotes or words"
-                  % (name, value, name))
+def spec_shape(spec, key):
+    """The typed_reader shape of an argument-spec option (type, elements, options, required, choices), with the
+    BOUNDS and NAMES of key (where the option sits: name, name[], name[].field)."""
+    spec = spec or {}
+    kind = spec.get("type") or "raw"
+    if kind == "list":
+        item = dict(type=spec.get("elements") or "raw", options=spec.get("options"), choices=spec.get("choices"))
+        return _Seq(spec_shape(item, key + "[]"))
+    if kind == "dict" and spec.get("options"):
+        fields = dict((field, spec_shape(sub, "%s.%s" % (key, field))) for field, sub in spec["options"].items())
+        shape = _Entry(fields, [f for f, sub in sorted(spec["options"].items()) if (sub or {}).get("required")])
+    elif kind == "dict":
+        shape = _Mapping()
+    elif kind == "int":
+        shape = _Whole(BOUNDS.get(key))
+    elif kind == "float" or (kind == "raw" and key in BOUNDS and key.endswith("[]")):
+        shape = _Number(BOUNDS.get(key))
+    elif kind == "bool":
+        shape = _Boolean()
+    elif kind in ("str", "path"):
+        shape = _Text(kind == "path", NAMES.get(key), key in FREE_TEXT)
+    else:
+        shape = tr.Json()
+    return _Choice(shape, spec["choices"]) if spec.get("choices") else shape
 
 
-def _to_float(name, value):
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
-        return float(value)
-    raise Invalid("%s is %r, not a number: write it as a number (e.g. %s: 0.7)" % (name, value, name))
-
-
-def _to_bool(name, value):
-    if isinstance(value, bool):
-        return value
-    key = value.lower().strip() if isinstance(value, str) else value
+def _gather(shape, value, source, path, errors):
+    """shape.read, but each element of a list and each field of an entry read on its own: every refusal in errors."""
     try:
-        if key in BOOLEANS_TRUE:
-            return True
-        if key in BOOLEANS_FALSE:
-            return False
-    except TypeError:
-        pass
-    raise Invalid("%s is %r, not a boolean: write true or false (yes/no, on/off also read as booleans)"
-                  % (name, value))
+        if isinstance(shape, _Seq):
+            shape.whole(value, source, path)
+            return [_gather(shape.item, v, source, tr.join(path, i), errors) for i, v in enumerate(value)]
+        if isinstance(shape, _Entry):
+            shape.whole(value, source, path)
+            errors.extend(shape.keys(value, source, path))
+            return dict((k, _gather(shape.fields[k], v, source, tr.join(path, k), errors))
+                        for k, v in value.items() if k in shape.fields)
+        return shape.read(value, source, path)
+    except tr.ShapeError as exc:
+        errors.append(exc)
+    return None
 
 
-def _to_str(name, value):
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        raise Invalid("%s is the boolean %s, not a string: quote it (%s: \"%s\") - YAML reads a bare on/off/yes/no "
-                      "as a boolean" % (name, value, name, "on" if value else "off"))
-    if isinstance(value, (int, float)):
-        return str(value)
-    raise Invalid("%s is a %s, not a string: give it one value, e.g. %s: \"...\""
-                  % (name, _kind(value), name))
+def _message(name, exc, secret):
+    where = name + ("" if not exc.path or exc.path.startswith("[") else ".") + (exc.path or "")
+    if secret:
+        return "%s does not have its type (the value is not shown: it is a secret): fix it where it is set" % where
+    return ("%s %s" if isinstance(exc, _Said) else "%s: %s") % (where, exc.problem)
 
 
-def _kind(value):
-    if isinstance(value, dict):
-        return "mapping"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return type(value).__name__
-
-
-def _to_list(name, value, elements=None):
-    if isinstance(value, str):
-        parts = [p.strip() for p in re.split(r"[,:]", value) if p.strip()]
-        raise Invalid("%s is the string %r, not a list: write it as a YAML list, %s: [%s] (a string would be read "
-                      "character by character)" % (name, value, name, ", ".join(parts)))
-    if not isinstance(value, (list, tuple)):
-        raise Invalid("%s is %s %r, not a list: write it as a YAML list, %s: [...]" % (name, _article(value), value, name))
-    if not elements or elements == "raw":
-        return list(value)
-    return [check_type("%s[%d]" % (name, i), item, {"type": elements}) for i, item in enumerate(value)]
-
-
-def _article(value):
-    kind = _kind(value)
-    return ("an " if kind[0] in "aeiou" else "a ") + kind
-
-
-def _to_dict(name, value):
-    if isinstance(value, dict):
-        return value
-    raise Invalid("%s is %s, not a mapping: write it as a YAML mapping, %s: {key: value}" % (name, _article(value), name))
-
-
-_CHECKS = {"int": _to_int, "float": _to_float, "bool": _to_bool, "str": _to_str, "path": _to_str, "dict": _to_dict}
+def settle_value(name, value, spec, key=None):
+    """(the value settled to its spec, [message]) - every refusal inside it, each naming name and the element or
+    field (gguf_fetch_manifest[1].sha256) with the fix; key: the option whose tables apply (default name)."""
+    errors = []
+    out = _gather(spec_shape(spec, key or name), value, name, "", errors)
+    secret = bool((spec or {}).get("no_log")) or name.endswith(SECRET_SUFFIXES)
+    messages = [_message(name, exc, secret) for exc in errors]
+    if len(messages) > PROBLEMS_PER_VARIABLE:
+        messages = messages[:PROBLEMS_PER_VARIABLE] + ["%s: %d more problem(s) like these"
+                                                       % (name, len(messages) - PROBLEMS_PER_VARIABLE)]
+    return out, messages
 
 
 def check_type(name, value, spec):
-    """value settled to spec's type (type, elements, choices) by Ansible's rules, or Invalid naming name.
-
-    Ints and floats are taken as numbers or as their plain text (an extra var given with -e is text); a
-    boolean only by Ansible's boolean() words; a list only as a list (never a string split silently)."""
-    kind = (spec or {}).get("type") or "raw"
-    if value is None and kind != "raw":
-        raise Invalid("%s is empty (null): give it a value or remove the line so the default applies" % name)
-    if kind == "list":
-        out = _to_list(name, value, (spec or {}).get("elements"))
-    elif kind in _CHECKS:
-        out = _CHECKS[kind](name, value)
-    else:
-        out = value
-    choices = (spec or {}).get("choices")
-    if choices:
-        items = out if isinstance(out, list) else [out]
-        bad = [v for v in items if v not in choices]
-        if bad:
-            raise Invalid("%s has %s, which is not one of %s"
-                          % (name, ", ".join(repr(b) for b in bad), ", ".join(str(c) for c in choices)))
+    """value settled to spec's type (type, elements, suboptions, choices, bounds) by Ansible's rules, or Invalid
+    naming name and the first problem. Ints and floats are taken as numbers or as their plain text (an extra var
+    given with -e is text); a boolean only by Ansible's boolean() words; a list only as a list (never a string
+    split silently)."""
+    out, messages = settle_value(name, value, spec)
+    if messages:
+        raise Invalid(messages[0])
     return out
 
 
@@ -249,10 +500,13 @@ def placeholders(values, derived=()):
                           "value": "0 (the file's size on the Hub)"})
         if isinstance(value, dict):
             for key in sorted(value, key=str):
-                walk(variable, "%s.%s" % (where, key) if where else str(key), value[key])
+                label = tr.printable(key, limit=80)
+                walk(variable, "%s.%s" % (where, label) if where else label, value[key])
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                label = "[%s]" % (item.get("role") or item.get("name") or i) if isinstance(item, dict) else "[%d]" % i
+                label = next((x for x in (item.get("role"), item.get("name")) if isinstance(x, str) and x), i) \
+                    if isinstance(item, dict) else i
+                label = "[%s]" % tr.printable(label, limit=80)
                 walk(variable, where + label, item)
         elif isinstance(value, str):
             for hit in sorted(set(PLACEHOLDER.findall(value))):
@@ -305,9 +559,10 @@ def payload_paths(manifest, models_dir, fallback=None):
     fetch role's layout), else the inventory's own llama_server_*_path (fallback) where it set one."""
     out = {}
     for item in manifest or []:
-        if not isinstance(item, dict) or not item.get("role") or not item.get("file"):
+        if not isinstance(item, dict) or not isinstance(item.get("role"), str) or not isinstance(item.get("file"), str):
             continue
-        base = item.get("dest_dir") or "%s/%s" % (models_dir, item.get("name", ""))
+        base = item.get("dest_dir")
+        base = base if isinstance(base, str) and base else "%s/%s" % (models_dir, item.get("name", ""))
         out[item["role"]] = "%s/%s" % (base.rstrip("/"), item["file"])
     for role, path in (fallback or {}).items():
         if role not in out and path:
@@ -323,11 +578,12 @@ def handover_units(runtimes):
     for runtime in runtimes or []:
         if not isinstance(runtime, dict):
             continue
-        for unit in runtime.get("units") or []:
-            if isinstance(unit, dict) and unit.get("name"):
+        units, quadlets = runtime.get("units"), runtime.get("quadlets")
+        for unit in units if isinstance(units, list) else []:
+            if isinstance(unit, dict) and isinstance(unit.get("name"), str) and unit["name"]:
                 out.append(unit["name"])
-        for quadlet in runtime.get("quadlets") or []:
-            if not isinstance(quadlet, dict) or not quadlet.get("path"):
+        for quadlet in quadlets if isinstance(quadlets, list) else []:
+            if not isinstance(quadlet, dict) or not isinstance(quadlet.get("path"), str) or not quadlet["path"]:
                 continue
             stem, ext = os.path.splitext(os.path.basename(quadlet["path"]))
             if ext in (".container", ".kube"):
@@ -368,28 +624,18 @@ def origin(serve):
 def serve_problems(v, payload=None):
     """The serve preflight's cross-checks of settled llama_server_* values (v: name -> value; payload: the
     payload paths), one Problem each, naming the variable the operator edits and the fix. A value missing
-    from v is not checked."""
+    from v is not checked; each value alone (its type, bounds, a name's characters) is settle_value's."""
     p = []
     payload = payload or {}
 
     def has(*names):
         return all(n in v and v[n] is not None for n in names)
 
-    if has("llama_server_service_name") and not _UNIT_NAME.match(str(v["llama_server_service_name"])):
-        p.append(Problem("llama_server_service_name", "llama_server_service_name is %r: use a plain unit name "
-                         "([A-Za-z0-9][A-Za-z0-9_.@-]*)" % v["llama_server_service_name"]))
-    if has("llama_server_port") and _is_int(v["llama_server_port"]) and not 0 < v["llama_server_port"] < 65536:
-        p.append(Problem("llama_server_port", "llama_server_port is %s: give a TCP port 1-65535" % v["llama_server_port"]))
     if has("llama_server_alias") and not str(v["llama_server_alias"]):
         p.append(Problem("llama_server_alias", "llama_server_alias is empty: name the model id /v1/models shows"))
     parallel = v.get("llama_server_parallel")
-    if _is_int(parallel) and parallel < 1:
-        p.append(Problem("llama_server_parallel", "llama_server_parallel is %s: give 1 or more slots" % parallel))
     ctx = v.get("llama_server_ctx_size")
-    if _is_int(ctx) and ctx < 0:
-        p.append(Problem("llama_server_ctx_size", "llama_server_ctx_size is %s: give a positive context, or 0 for "
-                         "the plan's" % ctx))
-    elif _is_int(ctx) and ctx > 0 and _is_int(parallel) and parallel >= 1 and ctx % parallel:
+    if _is_int(ctx) and ctx > 0 and _is_int(parallel) and parallel >= 1 and ctx % parallel:
         lower, upper = ctx - ctx % parallel, ctx - ctx % parallel + parallel
         p.append(Problem("llama_server_ctx_size", "llama_server_ctx_size %d does not divide over llama_server_parallel "
                          "%d slots (llama.cpp rounds the pool down): set llama_server_ctx_size to a multiple of %d "
@@ -404,19 +650,17 @@ def serve_problems(v, payload=None):
         p.append(Problem("llama_server_tensor_split", "llama_server_tensor_split %s has %d share(s) but "
                          "llama_server_devices %s names %d device(s): give one share per device, or [] for the "
                          "plan's" % (split, len(split), devices, len(devices))))
-    if isinstance(split, list):
-        bad = [s for s in split if not (isinstance(s, (int, float)) and not isinstance(s, bool) and s >= 0)]
-        if bad:
-            p.append(Problem("llama_server_tensor_split", "llama_server_tensor_split has %s: every share is a number "
-                             ">= 0, e.g. [32, 33]" % ", ".join(repr(b) for b in bad)))
     cache = v.get("llama_server_cache_ram")
-    if "llama_server_cache_ram" in v and str(cache) != "auto" and not (
-            _is_int(cache) or (isinstance(cache, str) and _INT_TEXT.match(cache))):
-        p.append(Problem("llama_server_cache_ram", "llama_server_cache_ram is %r: give MiB as a number, or auto"
-                         % (cache,)))
+    if "llama_server_cache_ram" in v and not (isinstance(cache, str) and cache == "auto"):
+        lo, hi, why = BOUNDS["llama_server_cache_ram"]
+        if not (_is_int(cache) or (isinstance(cache, str) and _INT_TEXT.match(cache))) or not lo <= int(cache) <= hi:
+            p.append(Problem("llama_server_cache_ram", "llama_server_cache_ram is %s: give MiB as a whole number from "
+                             "%d to %d (%s), or auto" % (tr.quote(cache), lo, hi, why)))
     flash = v.get("llama_server_flash_attn")
-    if "llama_server_flash_attn" in v and not isinstance(flash, bool) and str(flash) not in rules.ON_OFF_AUTO:
-        p.append(Problem("llama_server_flash_attn", "llama_server_flash_attn is %r: give on, off or auto" % (flash,)))
+    if "llama_server_flash_attn" in v and not isinstance(flash, bool) and not (
+            isinstance(flash, str) and flash in rules.ON_OFF_AUTO):
+        p.append(Problem("llama_server_flash_attn", "llama_server_flash_attn is %s: give on, off or auto"
+                         % tr.quote(flash)))
     args, env = v.get("llama_server_extra_args"), v.get("llama_server_extra_env")
     if isinstance(args, list) or isinstance(env, dict):
         for msg in shadowed([str(a) for a in (args if isinstance(args, list) else [])],
@@ -430,10 +674,17 @@ def serve_problems(v, payload=None):
                              "environment (2026-08-13 incident) - llama.cpp takes --host/--port/--temp as flags, so "
                              "set llama_server_bind_address, llama_server_port and llama_server_temperature instead"
                              % (", ".join(bare), ", ".join(rules.HIP_BARE_ENV[:-1]) + " and " + rules.HIP_BARE_ENV[-1])))
-        odd = sorted(str(k) for k in env if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)))
+        odd = sorted(tr.quote(k) for k in env if not (isinstance(k, str) and _ENV_NAME.match(k)))
         if odd:
             p.append(Problem("llama_server_extra_env", "llama_server_extra_env has %s: an environment name is "
                              "[A-Za-z_][A-Za-z0-9_]*" % ", ".join(odd)))
+        # a value is one line of the unit's env file: a newline in it would add a line of its own
+        lines = sorted(tr.quote(k) for k, x in env.items() if isinstance(x, (dict, list)) or (
+            isinstance(x, str) and tr.printable(x) != x))
+        if lines:
+            p.append(Problem("llama_server_extra_env", "llama_server_extra_env %s: a value is one line of text or a "
+                             "number, with no control character (a newline would add a line to the env file)"
+                             % ", ".join(lines)))
     types = v.get("llama_server_spec_type")
     if isinstance(types, list):
         unknown = rules.unknown_spec_types(types)
@@ -460,6 +711,19 @@ def serve_problems(v, payload=None):
     return p
 
 
+def _deeper_than(value, limit):
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((x, depth + 1) for x in node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((x, depth + 1) for x in node)
+    return False
+
+
 # --- the step -------------------------------------------------------------------------------------------------
 
 def settle(values, options, given, host="this host", extra_known=(), placeholders_refused=True, derived=(),
@@ -476,15 +740,15 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
     problems.extend(unknown_names(given, known))
     settled = dict(values)
     for name in sorted(n for n in given if n in values):
-        spec = options.get(name)
+        spec, key = options.get(name), name
         if spec is None and name in DANKFLEET_NAMES:
-            spec = {"type": DANKFLEET_NAMES[name]}
+            key = DANKFLEET_NAMES[name]
+            spec = options.get(key) or {"type": key}
         if spec is None:
             continue
-        try:
-            settled[name] = check_type(name, values[name], spec)
-        except Invalid as exc:
-            problems.append(Problem(name, str(exc)))
+        settled[name], messages = settle_value(name, values[name], spec, key)
+        if messages:
+            problems.extend(Problem(name, m) for m in messages)
             settled.pop(name, None)
 
     manifest = settled.get("gguf_fetch_manifest")
@@ -493,17 +757,25 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
                     for role in PAYLOAD_ROLES)
     paths = payload_paths(manifest, settled.get("gguf_fetch_models_dir", "/var/lib/dankfleet/models"),
                           dict((r, p) for r, p in fallback.items() if isinstance(p, str) and p))
-    if "target" not in paths:
+    if "target" not in paths and not any(p.variable == "gguf_fetch_manifest" for p in problems):
         problems.append(Problem("gguf_fetch_manifest", "%s names no target model: gguf_fetch_manifest has no entry with "
                                 "role: target (and llama_server_model_path is empty). A new endpoint host needs its "
                                 "own host_vars/%s.yml with gguf_fetch_manifest (name, role: target, repo, file, url, "
                                 "size, sha256) and its llama_server_* settings - copy another host's" % (host, host)))
     problems.extend(serve_problems(settled, paths))
 
-    checklist = placeholders(dict((n, v) for n, v in values.items()
-                                  if isinstance(n, str) and not n.startswith("_") and not inert(n, settled)
-                                  and (n.startswith(PLACEHOLDER_PREFIXES) or n in scanned)),
-                             derived)
+    # placeholders are looked for in every value read, typed or not: one nested deeper than a reader takes is
+    # refused instead (the walk would not end in a result)
+    scan = {}
+    for n, v in values.items():
+        if isinstance(n, str) and not n.startswith("_") and not inert(n, settled) and (
+                n.startswith(PLACEHOLDER_PREFIXES) or n in scanned):
+            if _deeper_than(v, tr.JSON_DEPTH):
+                problems.append(Problem(n, "%s is nested deeper than %d levels: no variable of this collection is; "
+                                        "write it out flat" % (n, tr.JSON_DEPTH)))
+            else:
+                scan[n] = v
+    checklist = placeholders(scan, derived)
     if placeholders_refused and checklist:
         problems.append(Problem(", ".join(sorted(set(i["variable"] for i in checklist))),
                                 "still to fill (the seeds do not record them): " + "; ".join(checklist_lines(checklist))))

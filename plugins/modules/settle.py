@@ -18,6 +18,11 @@ description:
     or changed.
   - Types by Ansible's rules against the roles' C(meta/argument_specs.yml), with no silent coercion (C("two") is not
     a number, a tensor split given as a string is not a list, a boolean only by Ansible's C(boolean()) words).
+  - Every value is typed element by element - a list's elements, a list of entries' fields (C(options), the
+    C(required) ones, no key the spec does not name), C(choices) - and each refusal names the element or field
+    (C(gguf_fetch_manifest[1].sha256)). Numbers are finite and, where the domain is known (context, batches,
+    split shares, sampling, ports, sizes), bounded (the table C(BOUNDS) in the logic, one reason each). Strings hold
+    no control character; names (service, alias, units, logins, manifest files) are matched in full.
   - Names under C(llama_server_), C(llm_plan_), C(gguf_fetch_), C(runtime_retire_) and C(dankfleet_) that no role
     takes (options of the roles' argument specs, the documented C(dankfleet_*) names, the results the roles publish)
     are refused with the closest known name. Private names (C(_x), C(__x)) never count.

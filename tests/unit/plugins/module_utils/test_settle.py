@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 
@@ -24,7 +25,8 @@ def _specs():
 
 
 OPTIONS = s.spec_options(_specs())
-TARGET = {'name': 'm', 'role': 'target', 'file': 'm.gguf', 'url': 'http://x/m.gguf', 'size': 10, 'sha256': 'a' * 64}
+TARGET = {'name': 'm', 'role': 'target', 'repo': 'o/m', 'revision': 'main', 'file': 'm.gguf', 'url': 'http://x/m.gguf',
+          'size': 10, 'sha256': 'a' * 64}
 BASE = {'gguf_fetch_manifest': [TARGET], 'gguf_fetch_models_dir': '/models', 'llama_server_parallel': 2,
         'llama_server_ctx_size': 8192, 'llama_server_tensor_split': [], 'llama_server_devices': []}
 
@@ -177,3 +179,84 @@ def test_a_placeholder_is_listed_under_the_variable_written_out_whatever_its_nam
 def test_a_placeholder_in_a_setting_the_host_does_not_use_is_nothing_to_fill(backend, listed):
     out = run({'llama_cpp_build_backend': backend, 'llama_cpp_build_toolchain_sha256': 'FILL-sha'})
     assert bool(out['checklist']) is listed and bool(out['problems']) is listed
+
+
+# --- issue 33: every nested value typed from the spec, bounded, names matched in full -------------------------
+
+def _where(out):
+    return dict((p.message.split(' ', 1)[0].rstrip(':'), p.message) for p in out['problems'])
+
+
+@pytest.mark.parametrize('values,where', [
+    ({'gguf_fetch_manifest': [dict(TARGET, role=['target'])]}, 'gguf_fetch_manifest[0].role'),
+    ({'gguf_fetch_manifest': [dict(TARGET, dest_dir=7)]}, 'gguf_fetch_manifest[0].dest_dir'),
+    ({'gguf_fetch_manifest': [TARGET, dict(TARGET, role='drafter', size='big')]}, 'gguf_fetch_manifest[1].size'),
+    ({'gguf_fetch_manifest': [TARGET, dict((k, v) for k, v in TARGET.items() if k != 'sha256')]},
+     'gguf_fetch_manifest[1].sha256'),
+    ({'gguf_fetch_manifest': [dict(TARGET, sha256='a' * 64 + '\n')]}, 'gguf_fetch_manifest[0].sha256'),
+    ({'gguf_fetch_manifest': [dict(TARGET, name='../etc')]}, 'gguf_fetch_manifest[0].name'),
+    ({'gguf_fetch_manifest': [dict(TARGET, sizee=1)]}, 'gguf_fetch_manifest[0].sizee'),
+    ({'runtime_retire_runtimes': [{'name': 'r', 'quadlets': [{'path': 5}]}]}, 'runtime_retire_runtimes[0].quadlets[0].path'),
+    ({'runtime_retire_runtimes': [{'name': 'r', 'units': 'x.service'}]}, 'runtime_retire_runtimes[0].units'),
+    ({'runtime_retire_runtimes': [{'name': 'r', 'units': [{'name': 'x.service\n'}]}]}, 'runtime_retire_runtimes[0].units[0].name'),
+    ({'dankfleet_serving_now': [{'name': 'r', 'ports': [70000]}]}, 'dankfleet_serving_now[0].ports[0]'),
+    ({'llama_server_temperature': float('nan')}, 'llama_server_temperature'),
+    ({'llama_server_temperature': '1e400'}, 'llama_server_temperature'),
+    ({'llama_server_tensor_split': [float('inf'), 1]}, 'llama_server_tensor_split[0]'),
+    ({'llama_server_batch_size': 2 ** 40}, 'llama_server_batch_size'),
+    ({'llama_server_ctx_size': 1e300}, 'llama_server_ctx_size'),
+    ({'llama_server_ctx_size': 2 ** 30}, 'llama_server_ctx_size'),
+    ({'llama_server_service_name': 'frank\n'}, 'llama_server_service_name'),
+    ({'llama_server_alias': 'frank\nLLAMA_ARG_HOST=0.0.0.0'}, 'llama_server_alias'),
+    ({'llama_server_user': 'dank\n'}, 'llama_server_user'),
+    ({'llama_server_port_handover_units': ['a.service\n']}, 'llama_server_port_handover_units[0]'),
+    ({'llama_server_extra_args': ['--x\n--y']}, 'llama_server_extra_args[0]'),
+    ({'llama_server_extra_env': {'A': 'b\nHOST=0.0.0.0'}}, 'llama_server_extra_env'),
+    ({'llama_server_extra_env': {'A\n': 'b'}}, 'llama_server_extra_env'),
+    ({'llama_server_cache_ram': '16384\n'}, 'llama_server_cache_ram'),
+    ({'llama_rpc_worker_devices': [{'device': 'CPU'}]}, 'llama_rpc_worker_devices[0].port'),
+])
+def test_issue_33_nested_and_unbounded_values_are_refused_naming_where(values, where):
+    out = run(values)
+    found = _where(out)
+    assert where in found, out['problems']
+    assert all(p.variable == where.split('[')[0].split('.')[0] for p in out['problems'] if p.message.startswith(where))
+    assert all(typed_reader.printable(p.message) == p.message for p in out['problems'])
+
+
+def test_every_problem_inside_one_variable_is_reported_at_once():
+    manifest = [dict(TARGET, size='big'), dict(TARGET, role='drafter', dest_dir='rel', sha256=None), {'name': 'x'}]
+    out = run({'gguf_fetch_manifest': manifest, 'llama_server_batch_size': 2 ** 40})
+    found = _where(out)
+    for where in ('gguf_fetch_manifest[0].size', 'gguf_fetch_manifest[1].dest_dir', 'gguf_fetch_manifest[1].sha256',
+                  'gguf_fetch_manifest[2].role', 'gguf_fetch_manifest[2].url', 'llama_server_batch_size'):
+        assert where in found, (where, sorted(found))
+    # the manifest's own refusal, not a second one about a target it cannot read
+    assert not any('names no target model' in p.message for p in out['problems'])
+
+
+def test_a_secret_is_never_quoted_in_a_refusal():
+    out = run({'llama_server_api_key': 'sk-secret\n', 'gguf_fetch_token': ['hf_secret']})
+    assert {p.variable for p in out['problems']} == {'llama_server_api_key', 'gguf_fetch_token'}
+    assert 'secret' not in ''.join(p.message.replace('it is a secret', '') for p in out['problems'])
+
+
+def test_the_nested_values_come_back_settled_by_ansibles_rules():
+    out = run({'gguf_fetch_manifest': [dict(TARGET, size='10', dest_dir='/srv/m')],
+               'runtime_retire_runtimes': [{'name': 'r', 'units': [{'name': 'a.service', 'scope': 'user', 'user': 'dank'}],
+                                            'ports': ['7770']}]})
+    assert messages(out) == [] and out['payload_paths'] == {'target': '/srv/m/m.gguf'}
+    assert out['port_handover_units'] == ['a.service']
+    assert s.check_type('m', [dict(TARGET, size='10')], OPTIONS['gguf_fetch_manifest'])[0]['size'] == 10
+
+
+def test_bounds_and_names_name_real_options():
+    """A table entry for an option no spec has would bound nothing."""
+    def exists(key):
+        name, _, rest = key.partition('[]')
+        spec = OPTIONS.get(name)
+        for field in [f for f in rest.split('.') if f]:
+            spec = (spec.get('options') or {}).get(field.rstrip('[]')) if spec else None
+        return spec is not None
+    for key in list(s.BOUNDS) + list(s.NAMES) + list(s.FREE_TEXT):
+        assert exists(key), key
