@@ -509,6 +509,21 @@ def open_dir(path, what="directory", create_mode=None, must_exist=True):
         raise
 
 
+def resolve_path(path, what="path"):
+    """path with every directory that exists resolved as open_dir walks it -- a link followed only where nobody
+    else can have put it, one in a directory another user can write refused by name (FileRefused), at any
+    depth -- and the part that does not exist yet appended as given (normalised). realpath() follows any link."""
+    if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+        raise FileRefused(str(path), "%s must be an absolute path" % what, errno.EINVAL)
+    parts = _split(path)
+    for have in range(len(parts), -1, -1):
+        d = open_dir("/" + "/".join(parts[:have]), what, must_exist=False)
+        if d is not None:
+            with d:
+                return os.path.normpath(os.path.join(d.path, *parts[have:])) if have < len(parts) else d.path
+    raise FileRefused(path, "/ cannot be opened", errno.ENOENT)  # pragma: no cover - / always exists
+
+
 def open_parent(path, what="file", create_mode=None, reserve=0):
     """(SafeDir of path's directory, the checked last name) for an absolute file path."""
     if not isinstance(path, str) or not os.path.isabs(path):

@@ -69,6 +69,7 @@ import pwd
 import re
 import stat
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, read_bytes, resolve_path
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file, sha256_file
 
 MANIFEST_NAME = 'MANIFEST'
@@ -323,9 +324,59 @@ def protected_trees():
     return real
 
 
-def check_not_protected(path, trees=None):
-    """Refuse a system tree, anything above one, and a mount point (path is a kernel path)."""
+MOUNTINFO = '/proc/self/mountinfo'
+MOUNTINFO_MAX_BYTES = 16 * 1024 * 1024
+# proc(5): id parent major:minor root mount-point options [optional fields...] - fstype source super-options.
+# Fields are separated by one space; a space, tab, newline or backslash inside one is written \ooo.
+_MOUNTINFO_LINE = re.compile(rb'[0-9]+ [0-9]+ [0-9]+:[0-9]+ ([^ ]+) (/[^ ]*) [^ ]+(?: [^ ]+)* - [^ ]+ [^ ]* [^ ]+')
+_MOUNTINFO_ESCAPE = re.compile(rb'\\([0-7]{3})')
+
+
+def _mountinfo_field(raw):
+    return os.fsdecode(_MOUNTINFO_ESCAPE.sub(lambda m: bytes((int(m.group(1), 8) & 0xff,)), raw))
+
+
+def parse_mountinfo(data, source=MOUNTINFO):
+    """The mount points (kernel paths) in mountinfo bytes. A line not of proc(5)'s shape is a TrashError naming
+    the source and the line: an unreadable mount table is no table, and nothing moves without one."""
+    points = set()
+    lines = data.split(b'\n')
+    if lines and lines[-1] == b'':
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        m = _MOUNTINFO_LINE.match(line)
+        if not m or m.end() != len(line):
+            raise TrashError('%s line %d is not a mount table line (proc(5): id parent major:minor root mount-point '
+                             'options ... - fstype source options): %s. Nothing was moved.'
+                             % (source, number, shown(escape_cell(line[:200]))))
+        points.add(os.path.normpath(_mountinfo_field(m.group(2))))
+    if not points:
+        raise TrashError('%s lists no mount point (not even /): not a mount table. Nothing was moved.' % source)
+    return frozenset(points)
+
+
+def mount_points(path=MOUNTINFO):
+    """Every mount point of this mount namespace, bind mounts included: a bind mount of a directory of the same
+    filesystem has the same st_dev as its parent, so os.path.ismount() does not see it; the mount table does."""
+    try:
+        data = read_bytes(path, 'mount table', MOUNTINFO_MAX_BYTES)
+    except FileRefused as exc:
+        raise TrashError('%s: trash_files never moves a mount point, so it must read the mount table first; fix '
+                         '/proc. Nothing was moved.' % shown(str(exc)))
+    return parse_mountinfo(data, path)
+
+
+def is_mount_point(path, mounts):
+    """A mount point by the mount table (bind mounts, of files too) or by st_dev (os.path.ismount)."""
+    norm = os.path.normpath(path)
+    return norm in mounts or (not os.path.islink(norm) and os.path.ismount(norm))
+
+
+def check_not_protected(path, trees=None, mounts=None):
+    """Refuse a system tree, anything above one, a mount point and a tree with one inside (path is a kernel
+    path). mounts: the mount table's mount points (mount_points() when None)."""
     trees = protected_trees() if trees is None else trees
+    mounts = mount_points() if mounts is None else mounts
     norm = os.path.normpath(path)
     prefix = norm.rstrip('/') + '/'
     above = sorted(t for t in trees if t == norm or t.startswith(prefix))
@@ -333,9 +384,13 @@ def check_not_protected(path, trees=None):
         raise TrashError('%s is %s: runtime_retire never moves a system tree, a home directory or anything above '
                          'one. Name the files of the runtime instead. Nothing was moved.'
                          % (shown(norm), 'a protected tree' if norm in above else 'above the protected tree %s' % above[0]))
-    if os.path.isdir(norm) and not os.path.islink(norm) and os.path.ismount(norm):
-        raise TrashError('%s is a mount point: runtime_retire never moves a mounted filesystem. Name the files '
-                         'of the runtime on it instead. Nothing was moved.' % shown(norm))
+    if is_mount_point(norm, mounts):
+        raise TrashError('%s is a mount point: runtime_retire never moves a mounted filesystem (a bind mount '
+                         'included). Name the files of the runtime on it instead. Nothing was moved.' % shown(norm))
+    inside = sorted(m for m in mounts if m.startswith(prefix))
+    if inside and os.path.isdir(norm) and not os.path.islink(norm):
+        raise TrashError('%s has a mount point inside it (%s): runtime_retire never moves a mounted filesystem. '
+                         'Name the files outside it instead. Nothing was moved.' % (shown(norm), shown(inside[0])))
 
 
 def kernel_path(path):
@@ -347,8 +402,18 @@ def kernel_path(path):
         raise TrashError('path %r is not absolute: give the full path of the file to retire' % (path,))
     head, tail = os.path.split(path)
     if tail in ('', '.', '..'):
-        return os.path.realpath(path)
-    return os.path.join(os.path.realpath(head), tail)
+        return resolved(path, 'path')
+    return os.path.join(resolved(head, 'parent of %s' % shown(path)), tail)
+
+
+def resolved(path, what):
+    """path's parents resolved as regular_file.open_dir walks them: a link is followed only where nobody else
+    can have put it; a link at any depth in a directory another user can write is refused by name."""
+    try:
+        return resolve_path(path, what)
+    except FileRefused as exc:
+        raise TrashError('%s. trash_files never follows a link another user can change, at any depth: give the '
+                         'real path. Nothing was moved.' % shown(str(exc)))
 
 
 def check_unit_name(unit):
@@ -374,7 +439,7 @@ def check_trash_dir(trash_dir):
     if os.path.islink(norm):
         raise TrashError('trash_dir %s is a symlink (to %s): give the real directory, a link could point the trash '
                          'anywhere. Nothing was moved.' % (shown(norm), shown(os.readlink(norm))))
-    real = os.path.realpath(norm)
+    real = resolved(norm, 'trash_dir')
     if real in protected_trees():
         raise TrashError('trash_dir %s is a system tree: give a directory of its own. Nothing was moved.' % shown(real))
     if os.path.lexists(real) and not os.path.isdir(real):
@@ -441,7 +506,7 @@ def _describe_at(dir_fd, name):
     return now
 
 
-def expand(paths, trees=None, duplicates=None):
+def expand(paths, trees=None, duplicates=None, mounts=None):
     """Files and links to move for the given paths: a directory stands for every file below it.
 
     Returns (kernel path, given spelling) pairs. Parents are resolved the kernel's way first;
@@ -450,10 +515,11 @@ def expand(paths, trees=None, duplicates=None):
     appended to duplicates as {'given', 'same_as', 'path'}.
     """
     trees = protected_trees() if trees is None else trees
+    mounts = mount_points() if mounts is None else mounts
     out = []
     for given in paths:
         path = kernel_path(given)
-        check_not_protected(path, trees)
+        check_not_protected(path, trees, mounts)
         if os.path.isdir(path) and not os.path.islink(path):
             for root, dirs, files in os.walk(path):
                 dirs.sort()
@@ -461,12 +527,16 @@ def expand(paths, trees=None, duplicates=None):
                     full = os.path.join(root, name)
                     if os.path.islink(full):
                         out.append((full, os.path.join(given, os.path.relpath(full, path))))
-                    elif os.path.ismount(full):
+                    elif is_mount_point(full, mounts):
                         raise TrashError('%s has a mount point inside it (%s): runtime_retire never moves a mounted '
                                          'filesystem. Name the files outside it instead. Nothing was moved.'
                                          % (shown(given), shown(full)))
                 for name in sorted(files):
                     full = os.path.join(root, name)
+                    if is_mount_point(full, mounts):   # a file bind-mounted over another
+                        raise TrashError('%s has a mount point inside it (%s): runtime_retire never moves a mounted '
+                                         'file. Name the files outside it instead. Nothing was moved.'
+                                         % (shown(given), shown(full)))
                     out.append((full, os.path.join(given, os.path.relpath(full, path))))
         else:
             out.append((path, given))
