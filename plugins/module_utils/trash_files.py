@@ -69,7 +69,8 @@ import pwd
 import re
 import stat
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, read_bytes, resolve_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
+    FileRefused, open_read_fd, read_bytes, read_fd, resolve_path)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file, sha256_file
 
 MANIFEST_NAME = 'MANIFEST'
@@ -653,6 +654,17 @@ def format_manifest(file_rows, unit_rows, comments=()):
     return b''.join(out)
 
 
+def _check_utf8(data, source):
+    """A MANIFEST is strict UTF-8 text (v3 writes every byte outside printable ASCII as \\xHH): a byte that is
+    not is a refusal naming its line, before any row is believed."""
+    try:
+        data.decode('utf-8', 'strict')
+    except UnicodeDecodeError as exc:
+        raise TrashError('%s line %d is not UTF-8: byte 0x%02x at offset %d. A MANIFEST is UTF-8 text (every other '
+                         'byte is written \\xHH); this one was edited or damaged: restore by hand from it. Nothing '
+                         'was moved.' % (shown(source), data.count(b'\n', 0, exc.start) + 1, data[exc.start], exc.start))
+
+
 def read_manifest(data, source='MANIFEST'):
     """A MANIFEST (bytes or str, any version) as {'version', 'comments', 'files', 'units', 'torn'}.
 
@@ -662,6 +674,7 @@ def read_manifest(data, source='MANIFEST'):
     """
     if isinstance(data, str):
         data = to_bytes(data)
+    _check_utf8(data, source)
     lines = data.split(b'\n')
     torn = False
     if lines and lines[-1] == b'':
@@ -766,30 +779,22 @@ def parse_manifest(text, source='MANIFEST'):
 
 
 def _read_at(dir_fd, name, path):
-    """The bytes of a MANIFEST in an open directory: a regular file, not a link, owned by root or us, capped."""
+    """The bytes of a MANIFEST in an open directory, read through the file layer: a regular file, not a link,
+    owned by root or us, capped. An absent one is FileNotFoundError; any other refusal a TrashError."""
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
+        fd = open_read_fd(name, 'MANIFEST', MANIFEST_MAX_BYTES, follow=False, dir_fd=dir_fd)
+    except FileRefused as exc:
+        if exc.errno == errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, 'no MANIFEST', path)
         if exc.errno == errno.ELOOP:
             raise TrashError('%s is a symlink: a MANIFEST is never read through a link. Nothing was moved.'
                              % shown(path))
-        raise
+        raise TrashError('%s %s. Nothing was moved.' % (shown(path), exc.cause))
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise TrashError('%s is not a regular file: not a MANIFEST. Nothing was moved.' % shown(path))
-        _check_owner(st, path, 'MANIFEST')
-        if st.st_size > MANIFEST_MAX_BYTES:
-            raise TrashError('%s is %d bytes, more than any MANIFEST (%d): not one. Nothing was moved.'
-                             % (shown(path), st.st_size, MANIFEST_MAX_BYTES))
-        chunks = []
-        while True:
-            chunk = os.read(fd, _COPY_CHUNK)
-            if not chunk:
-                return b''.join(chunks)
-            chunks.append(chunk)
-            if sum(len(c) for c in chunks) > MANIFEST_MAX_BYTES:
-                raise TrashError('%s grew past %d bytes while read. Nothing was moved.' % (shown(path), MANIFEST_MAX_BYTES))
+        _check_owner(os.fstat(fd), path, 'MANIFEST')
+        return read_fd(fd, path, 'MANIFEST', MANIFEST_MAX_BYTES)
+    except FileRefused as exc:
+        raise TrashError('%s %s. Nothing was moved.' % (shown(path), exc.cause))
     finally:
         os.close(fd)
 
