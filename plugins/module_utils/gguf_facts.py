@@ -23,6 +23,7 @@ Layer kinds (``layers[i].kind``), as llama.cpp b11434 decides them:
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import errno
 import math
 import os
 import re
@@ -554,6 +555,20 @@ def gguf_facts(path, tensors=False):
     return facts
 
 
+def _unreadable(path):
+    """False when nothing is at path (absent), why it cannot be read when something is (a symbolic link loop is
+    there and unreadable, never absent: os.path.exists() says False for both), None when stat reaches a file."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "%s: unreadable: a symbolic link loop (or a chain of more links than the kernel follows)" % path
+        return "%s: unreadable: %s" % (path, exc.strerror or exc)
+    return None
+
+
 def gguf_files(paths, tensors=False):
     """name -> path of each GGUF file -> name -> its facts plus ``path`` and ``exists``, in one read.
 
@@ -564,8 +579,12 @@ def gguf_files(paths, tensors=False):
     files = {}
     for name, path in paths.items():
         path = str(path)
-        if not os.path.exists(path):
+        unreadable = _unreadable(path)
+        if unreadable is False:
             files[name] = {"path": path, "exists": False}
+            continue
+        if unreadable:
+            files[name] = {"path": path, "exists": True, "error": unreadable}
             continue
         try:
             facts = gguf_facts(path, tensors)

@@ -109,6 +109,9 @@ def _refuse_open_error(path, exc, follow, dir_fd=None):
     if exc.errno == errno.ELOOP and not follow:
         return FileRefused(path, "is a symbolic link; it is not followed here (a link in this place could point "
                                  "root at any file): replace it with the file itself", errno.ELOOP)
+    if exc.errno == errno.ELOOP:
+        return FileRefused(path, "unreadable: a symbolic link loop (or a chain of more links than the kernel "
+                                 "follows); replace the link with the file or a link to it", errno.ELOOP)
     if exc.errno == errno.ENOENT:
         return FileRefused(path, "cannot open: it does not exist", errno.ENOENT)
     if exc.errno == errno.ENOTDIR:
