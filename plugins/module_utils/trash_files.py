@@ -40,16 +40,19 @@ is ``-`` alone means none:
     file  /etc/systemd/system/x.service  root  root  0644  <sha256>  -  /etc/systemd/system/x.service  2049:1234
     moved  /etc/systemd/system/x.service
 
-``path`` is the file that moved, as the kernel names it (every parent resolved with
-realpath, the last component left alone so a symlink moves as a symlink); ``given``
+``path`` is the file that moved, as the kernel names it (every parent resolved the way
+regular_file.open_dir walks it: a link in a directory another user can write, at any
+depth, is refused by name; the last component left alone so a symlink moves as a
+symlink); ``given``
 is the path as the caller spelled it; ``parent`` the device:inode of the directory it
 was in. MANIFEST v1 (no ``given``) and v2 (no ``parent``, no ``moved`` lines: written
 after the moves) still restore.
 
 What never moves: a system tree (/, /etc, /usr, /home, a user's home, the unit
 directories ...) or anything above one, a mount point, or a tree with a mount point
-inside; the trash directory must be absolute and not a symlink. Those are refusals
-before anything moves.
+inside -- bind mounts included: /proc/self/mountinfo names them, st_dev does not; the
+trash directory must be absolute and not a symlink. Those are refusals before anything
+moves. A MANIFEST is strict UTF-8 text: a byte that is not is refused naming its line.
 
 Restoring moves every file back, checks owner, group, mode and sha256 (or the
 link target) against the MANIFEST, and renames the MANIFEST to
