@@ -164,3 +164,14 @@ def test_a_bind_mounted_file_never_moves(tmp_path):
         assert over.read_text() == 'mounted'
     finally:
         subprocess.run(['umount', str(over)], check=True)
+
+
+def test_resolve_path_follows_only_links_nobody_else_can_change(foreign_home, tmp_path):
+    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, resolve_path
+    home, target = foreign_home
+    (tmp_path / 'mine').symlink_to(target)               # in a directory only root writes: followed
+    assert resolve_path(str(tmp_path / 'mine' / 'x' / 'not' / 'yet')) == str(target / 'x' / 'not' / 'yet')
+    assert resolve_path(str(tmp_path / 'none' / '..' / 'f')) == str(tmp_path / 'f')
+    with pytest.raises(FileRefused) as e:                 # in the service user's home: refused, naming the link
+        resolve_path(str(home / 'ln' / 'x' / 'not' / 'yet'))
+    assert str(e.value).startswith(str(home / 'ln') + ':')
