@@ -23,6 +23,7 @@ Layer kinds (``layers[i].kind``), as llama.cpp b11434 decides them:
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import errno
 import math
 import os
 import re
@@ -85,6 +86,17 @@ PER_LAYER_ELEMENT_TYPES = ("ARRAY[UINT32]", "ARRAY[INT32]", "ARRAY[BOOL]")
 # get_arr into std::array<..., LLAMA_MAX_LAYERS> (no length rule: a short one leaves the rest 0)
 SWA_PATTERN_ELEMENT_TYPES = PER_LAYER_ELEMENT_TYPES
 MMPROJ_ARCHS = frozenset(["clip"])
+
+# The keys llama.cpp b11434 reads with get_key and no `false` (required: "key not found in model") for every
+# architecture but clip, before any arch's own: src/llama-model.cpp llama_model::load_hparams.
+REQUIRED_ARCH_KEYS = ("context_length", "embedding_length", "block_count")
+# Read there as optional (0 heads: recurrent models have none); a file whose layers attend cannot be sized
+# without it -- its KV cache would be planned as 0 bytes.
+HEAD_COUNT_KEY = "attention.head_count"
+# The architectures _layer_kinds derives (architecture_supported); an unknown one is flagged, not sized.
+SUPPORTED_ARCHS = (DENSE_ARCHS | frozenset(SWA_PATTERN_ARCHS) | SWA_ARRAY_ARCHS | INTERVAL_HYBRID_ARCHS | KV0_HYBRID_ARCHS
+                   | RECURRENT_ARCHS | frozenset(["nemotron_h", "nemotron_h_moe", "llama4", "exaone4", "dflash"]))
+ATTENDING_KINDS = frozenset([KIND_ATTENTION, KIND_SWA, KIND_NEXTN])
 
 # llama.cpp b11434 src/llama-hparams.h: #define LLAMA_MAX_LAYERS 512 (per-layer arrays are sized by it).
 LLAMA_MAX_LAYERS = 512
@@ -365,6 +377,11 @@ def facts_from_gguf(g):
         raise GGUFError(g.path, "no general.architecture key: not a llama.cpp model file")
 
     a = "%s." % arch
+    missing = [a + k for k in REQUIRED_ARCH_KEYS if a + k not in f]
+    if missing and arch in SUPPORTED_ARCHS:
+        raise GGUFError(g.path, "no %s: llama.cpp b11434 refuses the model (key not found in model: %s), and a plan "
+                        "made without it would size the model as 0; fix or re-convert the file"
+                        % (" and no ".join(missing), missing[0]))
 
     def key(suffix, default=None):
         return f.get(a + suffix, default)
@@ -396,6 +413,11 @@ def facts_from_gguf(g):
     if arch == "exaone4" and swa_window is None and n_layer == 64:
         swa_window = 4096
     kinds, supported, swa_type = _layer_kinds(g, arch, n_layer_all, n_layer, head_kv, n_ff, swa_window)
+    if supported and a + HEAD_COUNT_KEY not in f and ATTENDING_KINDS.intersection(kinds):
+        raise GGUFError(g.path, "no %s%s, but %d of its %d layers attend: llama.cpp b11434 reads it as 0 heads (the key "
+                        "is optional for recurrent models) and a plan would size their KV cache as 0 bytes; fix or "
+                        "re-convert the file" % (a, HEAD_COUNT_KEY, sum(1 for k in kinds if k in ATTENDING_KINDS),
+                                                 n_layer_all))
 
     tokens = f.get("tokenizer.ggml.tokens")
     vocab = len(tokens) if isinstance(tokens, list) else key("vocab_size")
@@ -554,6 +576,20 @@ def gguf_facts(path, tensors=False):
     return facts
 
 
+def _unreadable(path):
+    """False when nothing is at path (absent), why it cannot be read when something is (a symbolic link loop is
+    there and unreadable, never absent: os.path.exists() says False for both), None when stat reaches a file."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "%s: unreadable: a symbolic link loop (or a chain of more links than the kernel follows)" % path
+        return "%s: unreadable: %s" % (path, exc.strerror or exc)
+    return None
+
+
 def gguf_files(paths, tensors=False):
     """name -> path of each GGUF file -> name -> its facts plus ``path`` and ``exists``, in one read.
 
@@ -564,8 +600,12 @@ def gguf_files(paths, tensors=False):
     files = {}
     for name, path in paths.items():
         path = str(path)
-        if not os.path.exists(path):
+        unreadable = _unreadable(path)
+        if unreadable is False:
             files[name] = {"path": path, "exists": False}
+            continue
+        if unreadable:
+            files[name] = {"path": path, "exists": True, "error": unreadable}
             continue
         try:
             facts = gguf_facts(path, tensors)

@@ -11,8 +11,11 @@ The contract, in the order fetch() applies it:
 * The declared size and sha256 come from the caller (the inventory), never
   from the file on disk.
 * A present <dest> is verified: by its stamp (<dest>.verified.json: size,
-  mtime_ns, inode, sha256, written only after a full hash matched) when
-  verify='stamp', by a full re-hash otherwise. A mismatch is moved into the
+  mtime_ns, ctime_ns, inode, sha256, written only after a full hash matched) when
+  verify='stamp', by a full re-hash otherwise. ctime is what makes the stamp
+  a guarantee: the file's owner can rewrite bytes in place and set mtime back,
+  but only the kernel sets ctime. A stamp without it (an older one), or of
+  any other shape, vouches for nothing: the file is hashed once. A mismatch is moved into the
   trash directory, never deleted: a directory of its own per move with
   trash_files' MANIFEST (expected vs found in its comments), so
   dankfleet.llm.trash_files state=restored puts it back byte-identical.
@@ -64,6 +67,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import 
     FileRefused, check_name, file_kind, open_dir, open_parent, open_regular)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file
 from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import TrashError, retire
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 
 STAMP_SUFFIX = ".verified.json"
 PART_SUFFIX = ".part"
@@ -144,39 +148,62 @@ class _NotRegular(Exception):
     pass
 
 
+# What a stamp must hold to vouch for a file; any other shape (an older stamp without ctime_ns, a forged or
+# garbled one) is no stamp at all, and the file is hashed once.
+STAMP_SHAPE = tr.Obj({
+    "version": tr.Int(1, 1 << 16),
+    "file": tr.Str(4096, name=True),
+    "size": tr.Int(1, tr.INT_LIMIT),
+    "mtime_ns": tr.Int(-tr.INT_LIMIT, tr.INT_LIMIT),
+    "ctime_ns": tr.Int(-tr.INT_LIMIT, tr.INT_LIMIT),
+    "inode": tr.Int(0, tr.INT_LIMIT),
+    "sha256": tr.Str(64, name=True, pattern="[0-9a-f]{64}", what="64 lowercase hex digits"),
+    "verified_at": tr.Str(64, name=True),
+    "source": tr.Str(8192, name=True),
+}, required=("size", "mtime_ns", "ctime_ns", "inode", "sha256"))
+
+
 def read_stamp(dest):
-    """The stamp beside dest, or None (absent, a link, not a regular file, not JSON, not an object)."""
+    """The stamp beside dest read through STAMP_SHAPE, or None (absent, a link, not a regular file, not this
+    user's own or writable by others, not UTF-8 JSON, or not of the stamp's shape: it vouches for nothing)."""
     try:
         with open_regular(dest + STAMP_SUFFIX, _NotRegular, "stamp", max_bytes=1 << 16, follow=False) as f:
-            data = json.loads(f.read().decode("utf-8"))
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError, _NotRegular, RecursionError):
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                return None  # only a stamp this user wrote vouches: the file's owner may own the directory too
+            return tr.load_json(f.read(), "stamp %s" % (dest + STAMP_SUFFIX), STAMP_SHAPE)
+    except (OSError, ValueError, _NotRegular):
         return None
 
 
 def stamp_matches(stamp, st, size, sha256):
-    """True when the stamp vouches for this exact file (same inode, size, mtime) and hash."""
-    if not stamp:
-        return False
+    """True when the stamp vouches for this exact file -- same inode, size, mtime and ctime (which only the
+    kernel sets: a rewrite in place with mtime set back still moves it) -- and the declared hash."""
     try:
-        return (int(stamp.get("size", -1)) == st.st_size == size
-                and int(stamp.get("mtime_ns", -1)) == st.st_mtime_ns
-                and int(stamp.get("inode", -1)) == st.st_ino
-                and str(stamp.get("sha256", "")).lower() == sha256)
-    except (TypeError, ValueError):
+        stamp = tr.read(STAMP_SHAPE, stamp, "stamp")
+    except tr.ShapeError:
         return False
+    return (stamp["size"] == st.st_size == size
+            and stamp["mtime_ns"] == st.st_mtime_ns
+            and stamp["ctime_ns"] == st.st_ctime_ns
+            and stamp["inode"] == st.st_ino
+            and stamp["sha256"] == sha256)
 
 
-def write_stamp(dest, sha256, url, directory=None):
-    """Write <dest>.verified.json by a new file and a rename in dest's directory (never through a link)."""
+def write_stamp(dest, sha256, url, directory=None, st=None):
+    """Write <dest>.verified.json by a new file and a rename in dest's directory (never through a link). st: the
+    status of the file as it was hashed (taken before the hash, so a change while it was read moves ctime past
+    it); without it, dest's status now."""
     d = directory or open_parent(dest, "stamp", reserve=len(STAMP_SUFFIX))[0]
     name = os.path.basename(dest)
-    st = os.stat(name, dir_fd=d.fd, follow_symlinks=False)
+    if st is None:
+        st = os.stat(name, dir_fd=d.fd, follow_symlinks=False)
     stamp = {
         "version": STAMP_VERSION,
         "file": os.path.basename(dest),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
         "inode": st.st_ino,
         "sha256": sha256,
         "verified_at": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -364,7 +391,7 @@ class Fetcher:
                  timeout=30.0, retry_delay=2.0, retry_delay_max=60.0, trash_dir=None,
                  progress_log=None, progress_interval=10.0, disk_margin_bytes=1 << 30,
                  validate_certs=True, fsync=True, chunk_size=DEFAULT_CHUNK,
-                 check_mode=False, disk_free=None, user_agent="dankfleet.llm.gguf_fetch"):
+                 check_mode=False, disk_free=None, user_agent="dankfleet.llm.gguf_fetch", attributes=None):
         self.url = url
         self.dest = os.path.normpath(dest) if dest else dest
         self.size, self.sha256 = validate_declared(size, sha256)
@@ -384,6 +411,7 @@ class Fetcher:
         self.check_mode = check_mode
         self.disk_free = disk_free or disk_free_bytes
         self.user_agent = user_agent
+        self.attributes = attributes  # callable(dest) -> changed: the module's owner/mode, applied before a stamp
         self.part = self.dest + PART_SUFFIX if dest else None
         self.lock = self.dest + LOCK_SUFFIX if dest else None
         self.result = {
@@ -528,17 +556,39 @@ class Fetcher:
         with self._open_ro(os.path.basename(self.dest), "dest") as f:
             st = os.fstat(f.fileno())
             h, n = hash_file(self.dest, fd=f.fileno())
-        self.result["bytes_hashed"] += n
-        found = h.hexdigest()
-        if found != self.sha256:
-            return {"reason": "sha256 mismatch: expected %s, found %s" % (self.sha256, found),
-                    "found_size": st.st_size, "found_sha256": found}
-        self.result["verified_by"] = "sha256"
-        if self.check_mode:
-            self.result["stamp"] = read_stamp(self.dest)
-        else:
-            self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url, self._dir)
+            self.result["bytes_hashed"] += n
+            found = h.hexdigest()
+            self._refuse_a_change_while_hashed(st, os.fstat(f.fileno()))
+            if found != self.sha256:
+                return {"reason": "sha256 mismatch: expected %s, found %s" % (self.sha256, found),
+                        "found_size": st.st_size, "found_sha256": found}
+            self.result["verified_by"] = "sha256"
+            if self.check_mode:
+                self.result["stamp"] = read_stamp(self.dest)
+                return "verified"
+            if self._apply_attributes():
+                st = self._refuse_a_change_while_hashed(st, os.fstat(f.fileno()), attributes_applied=True)
+            self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url, self._dir, st=st)
         return "verified"
+
+    def _refuse_a_change_while_hashed(self, before, after, attributes_applied=False):
+        """after, when the file is still the one hashed: same size and mtime, and the same ctime unless this run
+        just set its owner or mode (which moves ctime and nothing else). Anything else is a writer at work while
+        the bytes were read: no stamp may vouch for them."""
+        moved = (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino)
+        if moved or (after.st_ctime_ns != before.st_ctime_ns and not attributes_applied):
+            raise FetchError("%s changed while it was hashed (its size, mtime or ctime moved): another process writes "
+                             "it. Nothing was stamped; stop the writer and re-run" % self.dest)
+        return after
+
+    def _apply_attributes(self):
+        """The caller's owner/mode for dest, applied before the stamp is written (a chown moves ctime: a stamp
+        written before it would never match again). True when something changed."""
+        if self.attributes is None:
+            return False
+        changed = bool(self.attributes(self.dest))
+        self.result["changed"] = self.result["changed"] or changed
+        return changed
 
     def _refuse_a_wrong_declared_size(self, present):
         """The runbook's DSpark incident: a size recorded from a local file became the declared one, 96 MB short
@@ -826,6 +876,7 @@ class Fetcher:
             raise FetchError("%s from %s; the .part was moved to %s (never promoted). If the manifest is right, the "
                              "source served wrong bytes: re-run to download again" % (reason, redact_url(self.url), entry["path"]))
         self._dir.replace(os.path.basename(self.part), os.path.basename(self.dest), fsync=self.fsync)
+        self._apply_attributes()
         self.result["stamp"] = write_stamp(self.dest, self.sha256, self.url, self._dir)
         self._log.line("verified and promoted %s (%d bytes, sha256 %s, %s/s)"
                        % (self.dest, self.size, digest, human(self.result["rate_bytes_per_s"])))

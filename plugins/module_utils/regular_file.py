@@ -109,6 +109,9 @@ def _refuse_open_error(path, exc, follow, dir_fd=None):
     if exc.errno == errno.ELOOP and not follow:
         return FileRefused(path, "is a symbolic link; it is not followed here (a link in this place could point "
                                  "root at any file): replace it with the file itself", errno.ELOOP)
+    if exc.errno == errno.ELOOP:
+        return FileRefused(path, "unreadable: a symbolic link loop (or a chain of more links than the kernel "
+                                 "follows); replace the link with the file or a link to it", errno.ELOOP)
     if exc.errno == errno.ENOENT:
         return FileRefused(path, "cannot open: it does not exist", errno.ENOENT)
     if exc.errno == errno.ENOTDIR:
@@ -507,6 +510,21 @@ def open_dir(path, what="directory", create_mode=None, must_exist=True):
     except BaseException:
         os.close(fd)
         raise
+
+
+def resolve_path(path, what="path"):
+    """path with every directory that exists resolved as open_dir walks it -- a link followed only where nobody
+    else can have put it, one in a directory another user can write refused by name (FileRefused), at any
+    depth -- and the part that does not exist yet appended as given (normalised). realpath() follows any link."""
+    if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+        raise FileRefused(str(path), "%s must be an absolute path" % what, errno.EINVAL)
+    parts = _split(path)
+    for have in range(len(parts), -1, -1):
+        d = open_dir("/" + "/".join(parts[:have]), what, must_exist=False)
+        if d is not None:
+            with d:
+                return os.path.normpath(os.path.join(d.path, *parts[have:])) if have < len(parts) else d.path
+    raise FileRefused(path, "/ cannot be opened", errno.ENOENT)  # pragma: no cover - / always exists
 
 
 def open_parent(path, what="file", create_mode=None, reserve=0):

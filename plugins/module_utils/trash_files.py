@@ -40,16 +40,19 @@ is ``-`` alone means none:
     file  /etc/systemd/system/x.service  root  root  0644  <sha256>  -  /etc/systemd/system/x.service  2049:1234
     moved  /etc/systemd/system/x.service
 
-``path`` is the file that moved, as the kernel names it (every parent resolved with
-realpath, the last component left alone so a symlink moves as a symlink); ``given``
+``path`` is the file that moved, as the kernel names it (every parent resolved the way
+regular_file.open_dir walks it: a link in a directory another user can write, at any
+depth, is refused by name; the last component left alone so a symlink moves as a
+symlink); ``given``
 is the path as the caller spelled it; ``parent`` the device:inode of the directory it
 was in. MANIFEST v1 (no ``given``) and v2 (no ``parent``, no ``moved`` lines: written
 after the moves) still restore.
 
 What never moves: a system tree (/, /etc, /usr, /home, a user's home, the unit
 directories ...) or anything above one, a mount point, or a tree with a mount point
-inside; the trash directory must be absolute and not a symlink. Those are refusals
-before anything moves.
+inside -- bind mounts included: /proc/self/mountinfo names them, st_dev does not; the
+trash directory must be absolute and not a symlink. Those are refusals before anything
+moves. A MANIFEST is strict UTF-8 text: a byte that is not is refused naming its line.
 
 Restoring moves every file back, checks owner, group, mode and sha256 (or the
 link target) against the MANIFEST, and renames the MANIFEST to
@@ -69,6 +72,8 @@ import pwd
 import re
 import stat
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
+    FileRefused, open_read_fd, read_bytes, read_fd, resolve_path)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file, sha256_file
 
 MANIFEST_NAME = 'MANIFEST'
@@ -323,9 +328,59 @@ def protected_trees():
     return real
 
 
-def check_not_protected(path, trees=None):
-    """Refuse a system tree, anything above one, and a mount point (path is a kernel path)."""
+MOUNTINFO = '/proc/self/mountinfo'
+MOUNTINFO_MAX_BYTES = 16 * 1024 * 1024
+# proc(5): id parent major:minor root mount-point options [optional fields...] - fstype source super-options.
+# Fields are separated by one space; a space, tab, newline or backslash inside one is written \ooo.
+_MOUNTINFO_LINE = re.compile(rb'[0-9]+ [0-9]+ [0-9]+:[0-9]+ ([^ ]+) (/[^ ]*) [^ ]+(?: [^ ]+)* - [^ ]+ [^ ]* [^ ]+')
+_MOUNTINFO_ESCAPE = re.compile(rb'\\([0-7]{3})')
+
+
+def _mountinfo_field(raw):
+    return os.fsdecode(_MOUNTINFO_ESCAPE.sub(lambda m: bytes((int(m.group(1), 8) & 0xff,)), raw))
+
+
+def parse_mountinfo(data, source=MOUNTINFO):
+    """The mount points (kernel paths) in mountinfo bytes. A line not of proc(5)'s shape is a TrashError naming
+    the source and the line: an unreadable mount table is no table, and nothing moves without one."""
+    points = set()
+    lines = data.split(b'\n')
+    if lines and lines[-1] == b'':
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        m = _MOUNTINFO_LINE.match(line)
+        if not m or m.end() != len(line):
+            raise TrashError('%s line %d is not a mount table line (proc(5): id parent major:minor root mount-point '
+                             'options ... - fstype source options): %s. Nothing was moved.'
+                             % (source, number, shown(escape_cell(line[:200]))))
+        points.add(os.path.normpath(_mountinfo_field(m.group(2))))
+    if not points:
+        raise TrashError('%s lists no mount point (not even /): not a mount table. Nothing was moved.' % source)
+    return frozenset(points)
+
+
+def mount_points(path=MOUNTINFO):
+    """Every mount point of this mount namespace, bind mounts included: a bind mount of a directory of the same
+    filesystem has the same st_dev as its parent, so os.path.ismount() does not see it; the mount table does."""
+    try:
+        data = read_bytes(path, 'mount table', MOUNTINFO_MAX_BYTES)
+    except FileRefused as exc:
+        raise TrashError('%s: trash_files never moves a mount point, so it must read the mount table first; fix '
+                         '/proc. Nothing was moved.' % shown(str(exc)))
+    return parse_mountinfo(data, path)
+
+
+def is_mount_point(path, mounts):
+    """A mount point by the mount table (bind mounts, of files too) or by st_dev (os.path.ismount)."""
+    norm = os.path.normpath(path)
+    return norm in mounts or (not os.path.islink(norm) and os.path.ismount(norm))
+
+
+def check_not_protected(path, trees=None, mounts=None):
+    """Refuse a system tree, anything above one, a mount point and a tree with one inside (path is a kernel
+    path). mounts: the mount table's mount points (mount_points() when None)."""
     trees = protected_trees() if trees is None else trees
+    mounts = mount_points() if mounts is None else mounts
     norm = os.path.normpath(path)
     prefix = norm.rstrip('/') + '/'
     above = sorted(t for t in trees if t == norm or t.startswith(prefix))
@@ -333,9 +388,13 @@ def check_not_protected(path, trees=None):
         raise TrashError('%s is %s: runtime_retire never moves a system tree, a home directory or anything above '
                          'one. Name the files of the runtime instead. Nothing was moved.'
                          % (shown(norm), 'a protected tree' if norm in above else 'above the protected tree %s' % above[0]))
-    if os.path.isdir(norm) and not os.path.islink(norm) and os.path.ismount(norm):
-        raise TrashError('%s is a mount point: runtime_retire never moves a mounted filesystem. Name the files '
-                         'of the runtime on it instead. Nothing was moved.' % shown(norm))
+    if is_mount_point(norm, mounts):
+        raise TrashError('%s is a mount point: runtime_retire never moves a mounted filesystem (a bind mount '
+                         'included). Name the files of the runtime on it instead. Nothing was moved.' % shown(norm))
+    inside = sorted(m for m in mounts if m.startswith(prefix))
+    if inside and os.path.isdir(norm) and not os.path.islink(norm):
+        raise TrashError('%s has a mount point inside it (%s): runtime_retire never moves a mounted filesystem. '
+                         'Name the files outside it instead. Nothing was moved.' % (shown(norm), shown(inside[0])))
 
 
 def kernel_path(path):
@@ -347,8 +406,18 @@ def kernel_path(path):
         raise TrashError('path %r is not absolute: give the full path of the file to retire' % (path,))
     head, tail = os.path.split(path)
     if tail in ('', '.', '..'):
-        return os.path.realpath(path)
-    return os.path.join(os.path.realpath(head), tail)
+        return resolved(path, 'path')
+    return os.path.join(resolved(head, 'parent of %s' % shown(path)), tail)
+
+
+def resolved(path, what):
+    """path's parents resolved as regular_file.open_dir walks them: a link is followed only where nobody else
+    can have put it; a link at any depth in a directory another user can write is refused by name."""
+    try:
+        return resolve_path(path, what)
+    except FileRefused as exc:
+        raise TrashError('%s. trash_files never follows a link another user can change, at any depth: give the '
+                         'real path. Nothing was moved.' % shown(str(exc)))
 
 
 def check_unit_name(unit):
@@ -374,7 +443,7 @@ def check_trash_dir(trash_dir):
     if os.path.islink(norm):
         raise TrashError('trash_dir %s is a symlink (to %s): give the real directory, a link could point the trash '
                          'anywhere. Nothing was moved.' % (shown(norm), shown(os.readlink(norm))))
-    real = os.path.realpath(norm)
+    real = resolved(norm, 'trash_dir')
     if real in protected_trees():
         raise TrashError('trash_dir %s is a system tree: give a directory of its own. Nothing was moved.' % shown(real))
     if os.path.lexists(real) and not os.path.isdir(real):
@@ -441,7 +510,7 @@ def _describe_at(dir_fd, name):
     return now
 
 
-def expand(paths, trees=None, duplicates=None):
+def expand(paths, trees=None, duplicates=None, mounts=None):
     """Files and links to move for the given paths: a directory stands for every file below it.
 
     Returns (kernel path, given spelling) pairs. Parents are resolved the kernel's way first;
@@ -450,10 +519,11 @@ def expand(paths, trees=None, duplicates=None):
     appended to duplicates as {'given', 'same_as', 'path'}.
     """
     trees = protected_trees() if trees is None else trees
+    mounts = mount_points() if mounts is None else mounts
     out = []
     for given in paths:
         path = kernel_path(given)
-        check_not_protected(path, trees)
+        check_not_protected(path, trees, mounts)
         if os.path.isdir(path) and not os.path.islink(path):
             for root, dirs, files in os.walk(path):
                 dirs.sort()
@@ -461,12 +531,16 @@ def expand(paths, trees=None, duplicates=None):
                     full = os.path.join(root, name)
                     if os.path.islink(full):
                         out.append((full, os.path.join(given, os.path.relpath(full, path))))
-                    elif os.path.ismount(full):
+                    elif is_mount_point(full, mounts):
                         raise TrashError('%s has a mount point inside it (%s): runtime_retire never moves a mounted '
                                          'filesystem. Name the files outside it instead. Nothing was moved.'
                                          % (shown(given), shown(full)))
                 for name in sorted(files):
                     full = os.path.join(root, name)
+                    if is_mount_point(full, mounts):   # a file bind-mounted over another
+                        raise TrashError('%s has a mount point inside it (%s): runtime_retire never moves a mounted '
+                                         'file. Name the files outside it instead. Nothing was moved.'
+                                         % (shown(given), shown(full)))
                     out.append((full, os.path.join(given, os.path.relpath(full, path))))
         else:
             out.append((path, given))
@@ -583,6 +657,17 @@ def format_manifest(file_rows, unit_rows, comments=()):
     return b''.join(out)
 
 
+def _check_utf8(data, source):
+    """A MANIFEST is strict UTF-8 text (v3 writes every byte outside printable ASCII as \\xHH): a byte that is
+    not is a refusal naming its line, before any row is believed."""
+    try:
+        data.decode('utf-8', 'strict')
+    except UnicodeDecodeError as exc:
+        raise TrashError('%s line %d is not UTF-8: byte 0x%02x at offset %d. A MANIFEST is UTF-8 text (every other '
+                         'byte is written \\xHH); this one was edited or damaged: restore by hand from it. Nothing '
+                         'was moved.' % (shown(source), data.count(b'\n', 0, exc.start) + 1, data[exc.start], exc.start))
+
+
 def read_manifest(data, source='MANIFEST'):
     """A MANIFEST (bytes or str, any version) as {'version', 'comments', 'files', 'units', 'torn'}.
 
@@ -592,6 +677,7 @@ def read_manifest(data, source='MANIFEST'):
     """
     if isinstance(data, str):
         data = to_bytes(data)
+    _check_utf8(data, source)
     lines = data.split(b'\n')
     torn = False
     if lines and lines[-1] == b'':
@@ -696,30 +782,22 @@ def parse_manifest(text, source='MANIFEST'):
 
 
 def _read_at(dir_fd, name, path):
-    """The bytes of a MANIFEST in an open directory: a regular file, not a link, owned by root or us, capped."""
+    """The bytes of a MANIFEST in an open directory, read through the file layer: a regular file, not a link,
+    owned by root or us, capped. An absent one is FileNotFoundError; any other refusal a TrashError."""
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
+        fd = open_read_fd(name, 'MANIFEST', MANIFEST_MAX_BYTES, follow=False, dir_fd=dir_fd)
+    except FileRefused as exc:
+        if exc.errno == errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, 'no MANIFEST', path)
         if exc.errno == errno.ELOOP:
             raise TrashError('%s is a symlink: a MANIFEST is never read through a link. Nothing was moved.'
                              % shown(path))
-        raise
+        raise TrashError('%s %s. Nothing was moved.' % (shown(path), exc.cause))
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise TrashError('%s is not a regular file: not a MANIFEST. Nothing was moved.' % shown(path))
-        _check_owner(st, path, 'MANIFEST')
-        if st.st_size > MANIFEST_MAX_BYTES:
-            raise TrashError('%s is %d bytes, more than any MANIFEST (%d): not one. Nothing was moved.'
-                             % (shown(path), st.st_size, MANIFEST_MAX_BYTES))
-        chunks = []
-        while True:
-            chunk = os.read(fd, _COPY_CHUNK)
-            if not chunk:
-                return b''.join(chunks)
-            chunks.append(chunk)
-            if sum(len(c) for c in chunks) > MANIFEST_MAX_BYTES:
-                raise TrashError('%s grew past %d bytes while read. Nothing was moved.' % (shown(path), MANIFEST_MAX_BYTES))
+        _check_owner(os.fstat(fd), path, 'MANIFEST')
+        return read_fd(fd, path, 'MANIFEST', MANIFEST_MAX_BYTES)
+    except FileRefused as exc:
+        raise TrashError('%s %s. Nothing was moved.' % (shown(path), exc.cause))
     finally:
         os.close(fd)
 

@@ -103,8 +103,10 @@ options:
   verify:
     description:
       - How a present O(dest) is verified.
-      - V(stamp) trusts a stamp whose size, mtime, inode and sha256 all match the
-        file and the declared values, and re-hashes otherwise.
+      - V(stamp) trusts a stamp whose size, mtime, ctime, inode and sha256 all match the
+        file and the declared values, and re-hashes otherwise. ctime is set only by the kernel, so bytes
+        rewritten in place with the mtime set back are re-hashed; a stamp without C(ctime_ns) (written by an
+        older release) or of any other shape vouches for nothing.
       - V(full) always re-hashes the whole file (the runbook's C(--verify-only)).
     type: str
     choices: [stamp, full]
@@ -209,8 +211,9 @@ attributes:
   platform:
     platforms: posix
 notes:
-  - The stamp does not survive a copy or C(touch) of O(dest) (mtime or inode change);
-    the next run then re-hashes once and writes a new stamp.
+  - The stamp does not survive a copy, a C(touch), a write, a C(chmod) or C(chown) of O(dest) by anyone
+    else (mtime, ctime or inode change); the next run then re-hashes once and writes a new stamp.
+    The module's own O(owner), O(group) and O(mode) are applied before the stamp is written.
 seealso:
   - module: ansible.builtin.get_url
 """
@@ -324,10 +327,10 @@ verified_by:
   type: str
   sample: stamp
 stamp:
-  description: The stamp beside the verified file (size, mtime_ns, inode, sha256, verified_at, source).
+  description: The stamp beside the verified file (size, mtime_ns, ctime_ns, inode, sha256, verified_at, source).
   returned: when the file is verified or was promoted
   type: dict
-  sample: {"size": 1048576, "mtime_ns": 1764410000000000000, "inode": 1234, "sha256": "2c26...e7ae"}
+  sample: {"size": 1048576, "mtime_ns": 1764410000000000000, "ctime_ns": 1764410000000000000, "inode": 1234, "sha256": "2c26...e7ae"}
 mismatch:
   description: What was wrong with the present file (reason, found_size, found_sha256).
   returned: when a present file did not match
@@ -456,6 +459,8 @@ def main():
         progress_log=p["progress_log"], progress_interval=p["progress_interval"],
         disk_margin_bytes=p["disk_margin_bytes"], validate_certs=p["validate_certs"],
         fsync=p["fsync"], check_mode=module.check_mode,
+        # owner/mode before the stamp: a chown moves ctime, and a stamp written before it would never match again
+        attributes=lambda path: module.set_fs_attributes_if_different(module.load_file_common_arguments(p, path=path), False),
     )
     directories = []
     try:
@@ -468,7 +473,7 @@ def main():
     result["directories"] = directories
     result["changed"] = result["changed"] or any(d["changed"] for d in directories)
 
-    # Ownership and mode of the verified file; chmod/chown leave mtime alone, so the stamp stays valid.
+    # Ownership and mode of a file a stamp vouched for (a verified or downloaded one got them before its stamp).
     if os.path.exists(result["path"]):
         file_args = module.load_file_common_arguments(p, path=result["path"])
         result["changed"] = module.set_fs_attributes_if_different(file_args, result["changed"])

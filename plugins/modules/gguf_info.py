@@ -79,8 +79,9 @@ EXAMPLES = r"""
 RETURN = r"""
 files:
   description:
-    - With O(paths), each name mapped to C(path), C(exists) (the path exists, as M(ansible.builtin.stat) sees it)
-      and either every key below (the file was read) or C(error) (why it could not be; absent files have neither).
+    - With O(paths), each name mapped to C(path), C(exists) (something is at the path - a symbolic link loop is
+      there and unreadable, never absent) and either every key below (the file was read) or C(error) (why it could
+      not be; absent files have neither).
   returned: when O(paths) is given (then alone - every other key below is in each of its entries instead)
   type: dict
   sample: {"target": {"path": "/var/lib/dankfleet/models/m/m.gguf", "exists": true, "architecture": "qwen35"},

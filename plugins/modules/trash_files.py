@@ -26,12 +26,15 @@ description:
     and any comment round-trip.
   - Every directory is opened one component at a time, never through a symlink, and a move never replaces
     an existing entry.
-  - Every parent of a given path is resolved the kernel's way (realpath) before anything is decided; the
-    last component is left alone, so a symlink moves as a symlink. The MANIFEST records both the path moved
+  - Every parent of a given path (and of O(trash_dir)) is resolved before anything is decided, component by
+    component - a symlink is followed only in a directory nobody but root (or the running user) can write, and
+    one at any depth in a directory another user can write is refused by name; the last component is left
+    alone, so a symlink moves as a symlink. The MANIFEST records both the path moved
     and the path given; a MANIFEST v1 (without the given column) or v2 (written after the moves) still restores.
   - Refuses, before anything moves, a system tree (C(/), C(/etc), C(/usr), C(/home), C(/var), a user's home
-    directory, the unit directories ...) or any directory above one, a mount point, a directory with a mount
-    point inside it, a relative O(trash_dir), a O(trash_dir) that is a symlink or that another user owns,
+    directory, the unit directories ...) or any directory above one, a mount point (bind mounts included - the
+    mount table C(/proc/self/mountinfo) decides, not the device number), a directory with a mount point inside
+    it, a relative O(trash_dir), a O(trash_dir) that is a symlink or that another user owns,
     and a unit name that is not a systemd unit name.
   - Two spellings of one file (a symlinked parent, a bind mount) move it once; the others are reported in
     RV(duplicates) and warned about.
@@ -39,7 +42,7 @@ description:
     mode and sha256 (or link target) against the MANIFEST, and renames the MANIFEST to
     C(MANIFEST.restored-<UTC time>).
   - Before anything moves back, refuses by name a MANIFEST or trash directory that neither root nor the
-    running user owns (or that others can write), a MANIFEST that is a symlink, a target whose parent
+    running user owns (or that others can write), a MANIFEST that is a symlink or not UTF-8 (naming the line), a target whose parent
     directory has a symlinked component or is not the directory the file was retired from, and a MANIFEST
     that accounts for fewer files than the trash directory holds (cut short or edited).
   - A file whose move the MANIFEST left unconfirmed (a crash, a full trash) is restored from wherever it is.

@@ -46,16 +46,18 @@ def test_redact_url_drops_query_and_userinfo():
     assert redact_url("https://u:p@cdn.example:8443/a/b.gguf?X-Amz-Signature=s3cr3t#f") == "https://cdn.example:8443/a/b.gguf"
 
 
-def _st(size=10, mtime_ns=1, ino=7):
-    return types.SimpleNamespace(st_size=size, st_mtime_ns=mtime_ns, st_ino=ino)
+def _st(size=10, mtime_ns=1, ino=7, ctime_ns=3):
+    return types.SimpleNamespace(st_size=size, st_mtime_ns=mtime_ns, st_ino=ino, st_ctime_ns=ctime_ns)
 
 
-def test_stamp_must_match_inode_size_mtime_and_declared_hash():
-    stamp = {"size": 10, "mtime_ns": 1, "inode": 7, "sha256": SHA}
+def test_stamp_must_match_inode_size_mtime_ctime_and_declared_hash():
+    stamp = {"size": 10, "mtime_ns": 1, "ctime_ns": 3, "inode": 7, "sha256": SHA}
     assert stamp_matches(stamp, _st(), 10, SHA)
     assert not stamp_matches(stamp, _st(ino=8), 10, SHA)        # replaced file
     assert not stamp_matches(stamp, _st(mtime_ns=2), 10, SHA)   # touched / rewritten
+    assert not stamp_matches(stamp, _st(ctime_ns=4), 10, SHA)   # rewritten in place, mtime set back
     assert not stamp_matches(stamp, _st(size=11), 11, SHA)      # grew
     assert not stamp_matches(stamp, _st(), 10, "cd" * 32)       # manifest moved on
     assert not stamp_matches(None, _st(), 10, SHA)
+    assert not stamp_matches({k: v for k, v in stamp.items() if k != "ctime_ns"}, _st(), 10, SHA)  # an older stamp
     assert not stamp_matches({"size": "x"}, _st(), 10, SHA)
