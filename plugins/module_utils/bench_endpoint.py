@@ -23,7 +23,9 @@ import time
 from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import (
     DEFAULT_MAX_BYTES, Client, HttpError, check_secret, redact, url_problem)
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
 
 
@@ -43,6 +45,9 @@ METRIC_ACCEPTED = 'llamacpp:spec_decode_num_accepted_tokens_total'
 METRIC_PROMPT_TOKENS = 'llamacpp:prompt_tokens_total'
 METRIC_PROMPT_CACHED = 'llamacpp:prompt_tokens_cached_total'
 METRIC_PREDICTED = 'llamacpp:tokens_predicted_total'
+
+# what build() reads of /props: a name, no control character (it reaches the controller's terminal)
+_BUILD = typed_reader.Obj({'build_info': typed_reader.Str(max_len=256, name=True)})
 
 
 class BenchError(Exception):
@@ -116,20 +121,21 @@ class Endpoint(object):
             raise BenchError('GET %s%s failed: %s (is the endpoint up and is the URL right?)'
                              % (redact(self.url), path, exc))
         if code >= 400:
-            raise BenchError('GET %s%s -> HTTP %s: %s' % (redact(self.url), path, code, body[:500]))
+            raise BenchError('GET %s%s -> HTTP %s: %s' % (redact(self.url), path, code, printable(body, limit=500)))
         return body
 
-    def get_json(self, path, timeout=None):
-        return _decode(self.get_text(path, timeout), 'GET ' + redact(self.url) + path)
+    def get_json(self, path, timeout=None, shape=None):
+        """The answer's JSON, bounded and read through shape (typed_reader) when given."""
+        return _decode(self.get_text(path, timeout), 'GET ' + redact(self.url) + path, shape)
 
-    def post_json(self, path, payload, timeout=None):
+    def post_json(self, path, payload, timeout=None, shape=None):
         try:
             code, body = self._request(path, payload, timeout=timeout)
         except HttpError as exc:
             raise BenchError('POST %s%s failed: %s' % (redact(self.url), path, exc))
         if code >= 400:
-            raise BenchError('POST %s%s -> HTTP %s: %s' % (redact(self.url), path, code, body[:500]))
-        return _decode(body, 'POST ' + redact(self.url) + path)
+            raise BenchError('POST %s%s -> HTTP %s: %s' % (redact(self.url), path, code, printable(body, limit=500)))
+        return _decode(body, 'POST ' + redact(self.url) + path, shape)
 
     def metrics(self):
         """``/metrics`` as {series: value}; None when the server runs without ``--metrics``."""
@@ -140,16 +146,16 @@ class Endpoint(object):
         if code in (404, 501):
             return None
         if code >= 400:
-            raise BenchError('GET %s/metrics -> HTTP %s: %s' % (redact(self.url), code, body[:500]))
-        return parse_metrics(body)
+            raise BenchError('GET %s/metrics -> HTTP %s: %s' % (redact(self.url), code, printable(body, limit=500)))
+        return parse_metrics(body, 'GET %s/metrics' % redact(self.url))
 
     def build(self):
         """The llama.cpp build the endpoint reports (``/props`` ``build_info``, e.g. ``b11434-unknown``)."""
         try:
-            props = self.get_json('/props', timeout=30)
+            props = self.get_json('/props', timeout=30, shape=_BUILD)
         except BenchError:
             return None
-        return props.get('build_info') if isinstance(props, dict) else None
+        return props.get('build_info')
 
     def wait_healthy(self, timeout):
         """Wait until ``/health`` answers 200 (503 while loading is normal); raise after ``timeout`` s."""
@@ -169,30 +175,23 @@ class Endpoint(object):
             time.sleep(0.25)
 
 
-def _decode(text, what):
+def _decode(text, what, shape=None):
+    """JSON text of an answer, bounded (depth, size, finite numbers) and read through shape when given; a
+    wrong one is a BenchError naming the request and the path inside the answer."""
     try:
-        return json.loads(text)
-    except ValueError:
-        raise BenchError('%s: the answer is not JSON: %r' % (what, text[:200]))
+        return typed_reader.load_json(text, what, shape)
+    except typed_reader.ShapeError as exc:
+        raise BenchError('%s - not an answer llama-server gives; is the URL a llama-server?' % exc)
 
 
-_METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\s+(\S+)')
-
-
-def parse_metrics(text):
-    """Prometheus exposition text -> {series (labels kept in the key): float}; comments dropped."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith('#'):
-            continue
-        match = _METRIC_LINE.match(line)
-        if not match:
-            continue
-        try:
-            out[match.group(1)] = float(match.group(2))
-        except ValueError:
-            continue
-    return out
+def parse_metrics(text, source='/metrics'):
+    """Prometheus exposition text -> {series (labels kept in the key): float}, read by the format's grammar
+    (typed_reader.metrics): a malformed line is a BenchError naming its number, never skipped or read as a
+    number near it (``1_0`` is not ten)."""
+    try:
+        return typed_reader.metrics(text, source)
+    except typed_reader.ShapeError as exc:
+        raise BenchError('%s - not the Prometheus exposition format llama-server writes' % exc)
 
 
 def metric_delta(before, after, series):

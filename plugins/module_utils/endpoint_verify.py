@@ -36,11 +36,16 @@ import threading
 import time
 import zlib
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_answers import (
+    CHAT, CHAT_PREFILL, CHAT_TIMED, CHUNK, DETOKENIZE, PROPS, TOKENIZE, read_answer)
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import GateError, error_text, expectations
 
 CHECKS = ('stream', 'tools', 'reasoning_effort', 'vision', 'slots', 'prefix_cache', 'window')
 TEXT_MAX = 500            # characters of a server's error message in a finding
+WINDOW_MAX = 1 << 21      # tokens of one slot the window check fills when the env file names no CTX_SIZE
+CHAT_PATH = 'POST /v1/chat/completions'
 
 DEFAULTS = dict(
     checks=list(CHECKS),
@@ -152,31 +157,18 @@ def _chat(alias, content, max_tokens, **extra):
     return body
 
 
-def _json(body):
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _short(text, length=TEXT_MAX):
-    text = ' '.join((text or '').split())         # one line: a template's error spans several
+    text = tr.printable(' '.join((text or '').split()))     # one line: a template's error spans several
     return text if len(text) <= length else text[:length - 3] + '...'
 
 
-def _usage(answer, key):
-    try:
-        return int((answer.get('usage') or {}).get(key) or 0)
-    except (TypeError, ValueError):
-        return 0
+def _chat_answer(body, shape=CHAT, what=''):
+    """A 200's chat completion read through its shape (ShapeError names the request and the path)."""
+    return read_answer(body, shape, CHAT_PATH + (' (%s)' % what if what else ''))
 
 
 def _message(answer):
-    choices = answer.get('choices') or []
-    if choices and isinstance(choices[0], dict) and isinstance(choices[0].get('message'), dict):
-        return choices[0]['message']
-    return None
+    return answer['choices'][0]['message']
 
 
 def would_send(expect, opts):
@@ -234,23 +226,35 @@ def skip_reason(name, expect, o):
 
 # --- the checks ---------------------------------------------------------------------------------
 
-def parse_sse(body):
-    """(chunks with choices, whether ``data: [DONE]`` closed the stream, malformed events: JSON without choices,
-    text that is not JSON, anything after [DONE])."""
-    chunks, done, bad = 0, False, 0
-    for line in body.splitlines():
+def read_sse(body):
+    """(chunks with at least one choice, whether ``data: [DONE]`` closed the stream, malformed events, the first
+    malformed event's refusal). Every event is read through the chunk's shape: JSON without ``choices`` (an
+    error event), text that is not JSON and anything after [DONE] are malformed; the usage chunk's
+    ``"choices": []`` is neither a chunk nor malformed."""
+    chunks, done, bad, first = 0, False, 0, ''
+    for number, line in enumerate(body.splitlines(), 1):
         if not line.startswith('data:'):
             continue
         data = line[5:].strip()
+        problem = ''
         if done:
-            bad += 1
+            problem = 'line %d: an event after data: [DONE]' % number
         elif data == '[DONE]':
             done = True
-        elif 'choices' in _json(data):
-            chunks += 1
         else:
+            try:
+                chunks += 1 if read_answer(data, CHUNK, 'the SSE event on line %d' % number)['choices'] else 0
+            except tr.ShapeError as exc:
+                problem = str(exc)
+        if problem:
             bad += 1
-    return chunks, done, bad
+            first = first or problem
+    return chunks, done, bad, first
+
+
+def parse_sse(body):
+    """(chunks with choices, whether ``data: [DONE]`` closed the stream, malformed events): read_sse's counts."""
+    return read_sse(body)[:3]
 
 
 def check_stream(ep, expect, o):
@@ -258,11 +262,12 @@ def check_stream(ep, expect, o):
                          timeout=o['request_timeout'])
     if code != 200:
         return 'fail', 'the stream answered HTTP %s: %s' % (code, _short(error_text(body))), {'status': code}
-    chunks, done, bad = parse_sse(body)
+    chunks, done, bad, first = read_sse(body)
     figures = {'status': code, 'chunks': chunks, 'done': done}
     if chunks < 1 or not done or bad:
         return 'fail', ('the SSE answer had %d chunk(s), %d malformed event(s) and %s: a client that streams gets '
-                        'no answer' % (chunks, bad, 'data: [DONE]' if done else 'no data: [DONE]')), figures
+                        'no answer%s' % (chunks, bad, 'data: [DONE]' if done else 'no data: [DONE]',
+                                         (' - first: %s' % _short(first, 300)) if first else '')), figures
     return 'pass', '%d chunk(s), then [DONE]' % chunks, figures
 
 
@@ -272,19 +277,20 @@ def tool_message_problems(msg, tool=TOOL['function']['name']):
     calls = msg.get('tool_calls') or []
     problems = []
     if not isinstance(calls, list):
-        problems.append('tool_calls is a %s, not a list' % type(calls).__name__)
+        problems.append('tool_calls is %s, not a list' % tr.kind(calls))
         calls = []
     for i, call in enumerate(calls):
         fn = call.get('function') if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or fn.get('name') != tool:
-            problems.append('tool_calls[%d] names %r, not the one tool offered' % (i, (fn or {}).get('name')))
+        name = fn.get('name') if isinstance(fn, dict) else None
+        if name != tool:
+            problems.append('tool_calls[%d] names %s, not the one tool offered' % (i, tr.quote(name)))
             continue
         try:
-            args = json.loads(fn.get('arguments') or '{}')
-        except (TypeError, ValueError):
+            args = tr.load_json(fn.get('arguments'), 'tool_calls[%d].function.arguments' % i)
+        except tr.ShapeError:
             args = None
         if not isinstance(args, dict):
-            problems.append('tool_calls[%d].function.arguments is not a JSON object: %r' % (i, fn.get('arguments')))
+            problems.append('tool_calls[%d].function.arguments is not a JSON object: %s' % (i, tr.quote(fn.get('arguments'))))
     if not calls and not isinstance(msg.get('content'), str):
         problems.append('neither tool_calls nor a content string')
     return problems
@@ -297,13 +303,14 @@ def check_tools(ep, expect, o):
     if code != 200:
         return 'fail', ('a request with one tool definition answered HTTP %s: %s - the chat template or the '
                         'tool-call parser does not take tools' % (code, _short(error_text(text)))), figures
-    answer = _json(text)
+    try:
+        answer = _chat_answer(text, what='tools')
+    except tr.ShapeError as exc:
+        return 'fail', 'HTTP 200 but not a chat completion: %s' % exc, figures
     msg = _message(answer)
-    if msg is None:
-        return 'fail', 'HTTP 200 but no choices[0].message: %s' % _short(text), figures
     problems = tool_message_problems(msg)
-    calls = msg.get('tool_calls') if isinstance(msg.get('tool_calls'), list) else []
-    figures.update(tool_calls=len(calls), finish_reason=(answer.get('choices') or [{}])[0].get('finish_reason'))
+    calls = msg.get('tool_calls') or []
+    figures.update(tool_calls=len(calls), finish_reason=answer['choices'][0].get('finish_reason'))
     if problems:
         return 'fail', 'the tool-call parser answered a malformed message: %s' % '; '.join(problems), figures
     return 'pass', ('%d tool call(s)' % len(calls)) if calls else 'a content answer (no call)', figures
@@ -332,15 +339,15 @@ def check_vision(ep, expect, o):
     if code != 200:
         return 'fail', ('an image request answered HTTP %s: %s - the projector (MMPROJ_PATH %s) is not serving images'
                         % (code, _short(error_text(body)), expect['mmproj'] or '?')), figures
-    answer = _json(body)
-    msg = _message(answer) or {}
+    answer = _chat_answer(body, what='the image')
+    msg = _message(answer)
     content = (msg.get('content') or '') + (msg.get('reasoning_content') or '')
     base_code, base_body = ep.call('/v1/chat/completions', _chat(expect['alias'], text, 16), timeout=o['request_timeout'])
-    with_tokens, without = _usage(answer, 'prompt_tokens'), _usage(_json(base_body), 'prompt_tokens')
+    with_tokens, completion = answer['usage']['prompt_tokens'], answer['usage']['completion_tokens']
+    without = _chat_answer(base_body, what='the text alone')['usage']['prompt_tokens'] if base_code == 200 else 0
     figures.update(prompt_tokens_image=with_tokens, prompt_tokens_text=without, content_chars=len(content))
-    if not content.strip() or _usage(answer, 'completion_tokens') < 1:
-        return 'fail', 'the image request answered 200 with no content (%d completion token(s))' % (
-            _usage(answer, 'completion_tokens')), figures
+    if not content.strip() or completion < 1:
+        return 'fail', 'the image request answered 200 with no content (%d completion token(s))' % completion, figures
     if base_code != 200 or with_tokens <= without:
         return 'fail', ('the image request counted %d prompt tokens, the same text without it %d (HTTP %s): the image '
                         'was not encoded' % (with_tokens, without, base_code)), figures
@@ -362,20 +369,30 @@ def check_slots(ep, expect, o):
     for t in threads:
         t.join()
     per_slot, problems = [], []
-    for i, (code, body) in enumerate(results):
-        answer = _json(body)
-        timings = answer.get('timings') or {}
-        row = {'slot': i, 'status': code, 'completion_tokens': _usage(answer, 'completion_tokens'),
-               'draft_n': int(timings.get('draft_n') or 0), 'draft_n_accepted': int(timings.get('draft_n_accepted') or 0)}
+    # with a drafter the per-request timings are the one per-slot draft figure: required then
+    shape = CHAT_TIMED if expect['spec'] else CHAT
+    for i, result in enumerate(results):
+        code, body = result if result is not None else (-1, 'no answer')
+        row = {'slot': i, 'status': code, 'completion_tokens': None, 'draft_n': None, 'draft_n_accepted': None}
         per_slot.append(row)
         if code != 200:
             problems.append('slot %d answered HTTP %s: %s' % (i, code, _short(error_text(body), 160)))
-        elif expect['spec'] and row['draft_n'] < 1:
+            continue
+        try:
+            answer = _chat_answer(body, shape, 'slot %d' % i)
+        except tr.ShapeError as exc:
+            problems.append('slot %d: %s' % (i, exc))
+            continue
+        timings = answer.get('timings') or {}
+        # b11434 writes draft_n only when the slot drafted: absent is its 0
+        row.update(completion_tokens=answer['usage']['completion_tokens'], draft_n=timings.get('draft_n', 0),
+                   draft_n_accepted=timings.get('draft_n_accepted', 0))
+        if expect['spec'] and row['draft_n'] < 1:
             problems.append('slot %d drafted 0 tokens in %d generated (SPEC_TYPE=%s): that slot runs at the '
                             'autoregressive rate' % (i, row['completion_tokens'], expect['spec']))
     figures = {'slots': per_slot}
     if expect['ngram']:
-        figures['accepted_on_echo'] = sum(r['draft_n_accepted'] for r in per_slot)
+        figures['accepted_on_echo'] = sum(r['draft_n_accepted'] or 0 for r in per_slot)
     if problems:
         return 'fail', '; '.join(problems), figures
     if expect['spec']:
@@ -397,11 +414,7 @@ def filler(words):
 
 
 def _tokens(ep, text, timeout):
-    answer = ep.post_json('/tokenize', {'content': text}, timeout=timeout)
-    tokens = answer.get('tokens')
-    if not isinstance(tokens, list):
-        raise BenchError('/tokenize answered no token list: %r' % (answer,))
-    return tokens
+    return ep.post_json('/tokenize', {'content': text}, timeout=timeout, shape=TOKENIZE)['tokens']
 
 
 def check_prefix_cache(ep, expect, o):
@@ -414,74 +427,96 @@ def check_prefix_cache(ep, expect, o):
                          timeout=o['request_timeout'])
     if code != 200:
         return 'fail', 'the first prompt answered HTTP %s: %s' % (code, _short(error_text(body))), {}
-    first = _json(body)
-    answer = (_message(first) or {}).get('content') or ''
+    first = _chat_answer(body, CHAT_PREFILL, 'the first prompt')
+    answer = _message(first).get('content') or ''
     turn = {'model': expect['alias'], 'max_tokens': 1, 'temperature': 0, 'id_slot': 0,
             'messages': [{'role': 'user', 'content': prompt}, {'role': 'assistant', 'content': answer},
                          {'role': 'user', 'content': 'And in one more word?'}]}
     code, body = ep.call('/v1/chat/completions', turn, timeout=o['request_timeout'])
     if code != 200:
         return 'fail', 'the carried-on conversation answered HTTP %s: %s' % (code, _short(error_text(body))), {}
-    second = _json(body)
-    t1, t2 = first.get('timings') or {}, second.get('timings') or {}
-    new = max(0, _usage(second, 'prompt_tokens') - _usage(first, 'prompt_tokens'))
-    prefilled = int(t2.get('prompt_n') or 0)
+    second = _chat_answer(body, CHAT_PREFILL, 'the carried-on conversation')
+    first_tokens, second_tokens = first['usage']['prompt_tokens'], second['usage']['prompt_tokens']
+    new = max(0, second_tokens - first_tokens)
+    prefilled = second['timings']['prompt_n']
     again = max(0, prefilled - new)
-    figures = {'first_prefilled': int(t1.get('prompt_n') or 0), 'second_prompt_tokens': _usage(second, 'prompt_tokens'),
-               'second_prefilled': prefilled, 'second_cached': int(t2.get('cache_n') or 0), 'new_tokens': new,
+    figures = {'first_prefilled': first['timings']['prompt_n'], 'second_prompt_tokens': second_tokens,
+               'second_prefilled': prefilled, 'second_cached': second['timings'].get('cache_n'), 'new_tokens': new,
                're_prefilled': again}
     if again > o['prefix_cache_max_reprefill']:
         return 'warn', ('carrying one conversation on re-prefilled %d of its %d earlier tokens (%d new; at most %d '
                         'expected): the prefix cache is not reused - read the journal for "forcing full prompt '
-                        're-processing"' % (again, _usage(first, 'prompt_tokens'), new,
-                                            o['prefix_cache_max_reprefill'])), figures
+                        're-processing"' % (again, first_tokens, new, o['prefix_cache_max_reprefill'])), figures
     return 'pass', 're-prefilled %d of %d earlier tokens carrying the conversation on (%d new prefilled)' % (
-        again, _usage(first, 'prompt_tokens'), new), figures
+        again, first_tokens, new), figures
+
+
+def window_slot(ep, expect):
+    """(the context of one slot the window check fills, a problem or ''): CTX_SIZE / PARALLEL from the env
+    file, which /props must confirm; /props n_ctx alone only when the env file names no CTX_SIZE, and never
+    beyond WINDOW_MAX (the filler is sized from it)."""
+    configured = expect['slot_ctx']
+    code, body = ep.call('/props', timeout=30)
+    if code != 200:
+        return configured, 'GET /props answered HTTP %s: %s' % (code, _short(error_text(body), 200))
+    served = read_answer(body, PROPS, 'GET /props')['default_generation_settings']['n_ctx']
+    if configured and served != configured:
+        return configured, ('/props n_ctx %d per slot, CTX_SIZE / PARALLEL %d: the server does not run the window '
+                            'the env file configures' % (served, configured))
+    if not configured and served > WINDOW_MAX:
+        return served, ('/props n_ctx %d per slot is beyond the %d tokens this check fills: set CTX_SIZE in the env '
+                        'file (llama_server_ctx_size)' % (served, WINDOW_MAX))
+    return served, ''
 
 
 def check_window(ep, expect, o):
-    slot_ctx = expect['slot_ctx']
-    if not slot_ctx:
-        props = _json(ep.call('/props', timeout=30)[1])
-        slot_ctx = int((props.get('default_generation_settings') or {}).get('n_ctx') or 0)
+    slot_ctx, problem = window_slot(ep, expect)
+    if problem:
+        return 'fail', problem, {'slot_ctx': slot_ctx}
     if slot_ctx < 64:
         return 'fail', 'one slot holds %d tokens (CTX_SIZE / PARALLEL, or /props): no window to prove' % slot_ctx, {}
     answer_tokens = 4
     # the chat template's own tokens around one message, measured: a one-word request's prompt minus the word
     code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], 'ok', 1), timeout=o['request_timeout'])
-    overhead = max(0, _usage(_json(body), 'prompt_tokens') - len(_tokens(ep, 'ok', o['request_timeout']))) + 4
+    if code != 200:
+        return 'fail', 'a one-word request answered HTTP %s: %s' % (code, _short(error_text(body))), {}
+    measured = _chat_answer(body, what='one word')['usage']['prompt_tokens']
+    overhead = max(0, measured - len(_tokens(ep, 'ok', o['request_timeout']))) + 4
     target = int(slot_ctx * float(o['window_fraction'])) - overhead - answer_tokens
     target = min(target, slot_ctx - overhead - answer_tokens)
     if target < 16:
         return 'fail', 'a %s window of %d tokens leaves no room for a prompt' % (o['window_fraction'], slot_ctx), {}
+    # a filler word is at least half a token in any tokenizer: never more words than that needs
+    most_words = 2 * target + 64
     sample = filler(200)
     per_word = max(0.5, len(_tokens(ep, sample, o['request_timeout'])) / 200.0)
-    words = int(target / per_word * 1.1) + 50
+    words = min(most_words, int(target / per_word * 1.1) + 50)
     text = filler(words)
     ids = _tokens(ep, text, o['request_timeout'])
     for _ in range(3):                      # a tokenizer denser than the sample: grow until it covers the target
-        if len(ids) >= target:
+        if len(ids) >= target or words >= most_words:
             break
-        words = int(words * 1.5) + 50
+        words = min(most_words, int(words * 1.5) + 50)
         text = filler(words)
         ids = _tokens(ep, text, o['request_timeout'])
     if len(ids) > target:
-        text = ep.post_json('/detokenize', {'tokens': ids[:target]}, timeout=o['request_timeout']).get('content', '')
+        text = ep.post_json('/detokenize', {'tokens': ids[:target]}, timeout=o['request_timeout'],
+                            shape=DETOKENIZE)['content']
     start = time.time()
     code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], text, answer_tokens, id_slot=0),
                          timeout=o['request_timeout'])
     seconds = round(time.time() - start, 2)
-    answer = _json(body)
-    prompt_tokens = _usage(answer, 'prompt_tokens')
     figures = {'status': code, 'slot_ctx': slot_ctx, 'fraction': o['window_fraction'], 'target_tokens': target,
-               'prompt_tokens': prompt_tokens, 'seconds': seconds,
-               'prefill_tok_s': round(prompt_tokens / seconds, 1) if seconds > 0 else None}
+               'prompt_tokens': None, 'seconds': seconds, 'prefill_tok_s': None}
     if code != 200:
         return 'fail', ('a prompt of ~%d tokens (%s of the %d-token slot) was refused: HTTP %s %s'
                         % (target, o['window_fraction'], slot_ctx, code, _short(error_text(body)))), figures
-    if _usage(answer, 'completion_tokens') < 1 or prompt_tokens < target * 0.9:
+    usage = _chat_answer(body, what='the window')['usage']
+    prompt_tokens, completion = usage['prompt_tokens'], usage['completion_tokens']
+    figures.update(prompt_tokens=prompt_tokens, prefill_tok_s=round(prompt_tokens / seconds, 1) if seconds > 0 else None)
+    if completion < 1 or prompt_tokens < target * 0.9:
         return 'fail', ('a prompt of ~%d tokens answered with %d prompt / %d completion tokens: the window is not '
-                        'what the slot declares' % (target, prompt_tokens, _usage(answer, 'completion_tokens'))), figures
+                        'what the slot declares' % (target, prompt_tokens, completion)), figures
     why = '%d prompt tokens (%s of %d) prefilled and answered in %.1f s' % (
         prompt_tokens, o['window_fraction'], slot_ctx, seconds)
     if o['window_warn_seconds'] and seconds > o['window_warn_seconds']:
@@ -502,6 +537,22 @@ def contract(expect, efforts, modalities=None):
             'slots': expect['slots'], 'modalities': dict(modalities if modalities is not None
                                                          else {'vision': expect['vision']}),
             'reasoning_efforts': dict(efforts or {})}
+
+
+# the last record, read before it is compared: any JSON per field, the effort map an object
+CONTRACT = tr.Obj({'alias': tr.Json(), 'url': tr.Json(), 'context_per_slot': tr.Json(), 'slots': tr.Json(),
+                   'modalities': tr.Json(), 'reasoning_efforts': tr.Map(tr.Json())})
+
+
+def served_modalities(ep):
+    """(/props modalities, '') or (None, why not): what the clients' contract records of the server."""
+    code, body = ep.call('/props', timeout=30)
+    if code != 200:
+        return None, 'GET /props answered HTTP %s: %s' % (code, _short(error_text(body), 200))
+    try:
+        return read_answer(body, PROPS, 'GET /props')['modalities'], ''
+    except tr.ShapeError as exc:
+        return None, str(exc)
 
 
 def contract_changes(previous, current):
@@ -537,7 +588,7 @@ def run_verify(expect, api_key, opts=None, previous_contract=None):
         start = time.time()
         try:
             status, reason, figures = RUNNERS[name](ep, expect, o)
-        except BenchError as exc:
+        except (BenchError, tr.ShapeError) as exc:        # an answer not of its shape, named where it came from
             status, reason, figures = 'fail', str(exc), {}
         fatal = status == 'fail' and name in FATAL
         if status == 'fail' and not fatal:
@@ -550,10 +601,16 @@ def run_verify(expect, api_key, opts=None, previous_contract=None):
         elif status == 'warn':
             warnings.append(line)
     efforts = next((c['figures'].get('efforts') for c in checks if c['name'] == 'reasoning_effort'), None)
-    props = _json(ep.call('/props', timeout=30)[1])
-    modalities = props.get('modalities') if isinstance(props.get('modalities'), dict) else None
+    modalities, why = served_modalities(ep)
+    if why:
+        warnings.append('verify contract: %s; the contract records the env file\'s VISION' % why)
+    try:
+        previous_contract = tr.read(CONTRACT, previous_contract or {}, 'previous_contract')
+    except tr.ShapeError as exc:
+        warnings.append('verify contract: %s - not a contract this stage recorded; compared with nothing' % exc)
+        previous_contract = {}
     current = contract(expect, efforts, modalities)
-    if efforts is None and isinstance(previous_contract, dict):
+    if efforts is None and previous_contract:
         current['reasoning_efforts'] = dict(previous_contract.get('reasoning_efforts') or {})
     changes = contract_changes(previous_contract, current)
     if changes:

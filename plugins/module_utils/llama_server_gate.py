@@ -29,8 +29,11 @@ import math
 import os
 import time
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number, loads as strict_loads
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import METRIC_DRAFTS, Endpoint, parse_metrics
+from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_answers as answers
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import (
+    METRIC_DRAFTS, BenchError, Endpoint, parse_metrics)
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
 from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import parse_show
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import model_drafters
 from ansible_collections.dankfleet.llm.plugins.module_utils.rpc_fleet import missing_devices
@@ -161,22 +164,9 @@ def payload_bytes(paths):
 
 
 def error_text(body):
-    """The server's error message from an answer body (``{"error": {"message": ...}}``), else the body."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        return (body or '').strip()
-    if isinstance(data, dict) and isinstance(data.get('error'), dict) and 'message' in data['error']:
-        return str(data['error']['message'])
-    return (body or '').strip()
-
-
-def _json(body):
-    try:
-        data = strict_loads(body)
-    except (TypeError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The server's error message from an answer body (``{"error": {"message": ...}}``), else the body: one
+    line, control characters escaped (llama_server_answers.error_text)."""
+    return answers.error_text(body)
 
 
 def _truncate(text, length=FINDING_TEXT_MAX):
@@ -297,39 +287,42 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
     out['checked'].append('2')
     code, body = ep.call('/v1/chat/completions', _chat(alias, o['prompt'], o['max_tokens']),
                          timeout=o['request_timeout'])
-    answer = _json(body)
-    raw_tokens = (answer.get('usage') or {}).get('completion_tokens') or 0
-    tokens = raw_tokens if is_finite_number(raw_tokens) and float(raw_tokens).is_integer() else 0
-    tokens = int(tokens)
+    tokens, problem = 0, None
+    if code == 200:
+        try:
+            tokens = answers.read_answer(body, answers.CHAT, 'POST /v1/chat/completions')['usage']['completion_tokens']
+        except ShapeError as exc:
+            problem = str(exc)
     out['completion_tokens'] = tokens
-    if code != 200 or tokens < 1:
+    if code != 200 or tokens < 1 or problem:
         out['findings'].append(
             prefix(2) + 'POST /v1/chat/completions (model %s) answered HTTP %s with %d completion token(s): %s'
-            % (alias, code, tokens, _truncate(error_text(body) if code != 200 else body.strip())))
+            % (alias, code, tokens, _truncate(error_text(body) if code != 200 else
+                                              problem or printable(' '.join(body.split())))))
         return True
 
     # step 3: the alias, the slots, the context per slot and vision
     out['checked'].append('3')
     models_code, models_body = ep.call('/v1/models', timeout=INFO_TIMEOUT)
     props_code, props_body = ep.call('/props', timeout=INFO_TIMEOUT)
-    models, props = _json(models_body), _json(props_body)
-    out['build_info'] = props.get('build_info')
-    ids = [m.get('id') for m in (models.get('data') or []) if isinstance(m, dict)]
-    slots = props.get('total_slots', -1)
-    slot_ctx = (props.get('default_generation_settings') or {}).get('n_ctx', -1)
-    vision = bool((props.get('modalities') or {}).get('vision', False))
     problems = []
-    if alias not in ids:
-        problems.append('/v1/models lists %s, not the alias %s' % (json.dumps(ids), alias))
-    if slots != expect['slots']:
-        problems.append('/props total_slots %s != PARALLEL %d' % (slots, expect['slots']))
-    if expect['slot_ctx'] and slot_ctx != expect['slot_ctx']:
-        problems.append('/props n_ctx per slot %s != CTX_SIZE / PARALLEL = %d' % (slot_ctx, expect['slot_ctx']))
-    if vision != expect['vision']:
-        problems.append('/props modalities.vision %s but VISION is %s' % (vision, 'on' if expect['vision'] else 'off'))
-    for path, code, text in (('/v1/models', models_code, models_body), ('/props', props_code, props_body)):
-        if problems and code != 200:
-            problems.append('%s answered HTTP %s: %s' % (path, code, _truncate(error_text(text), 200)))
+    models = _read(models_code, models_body, answers.MODELS, '/v1/models', problems)
+    props = _read(props_code, props_body, answers.PROPS, '/props', problems)
+    if models is not None:
+        ids = [m['id'] for m in models['data']]
+        if alias not in ids:
+            problems.append('/v1/models lists %s, not the alias %s' % (printable(json.dumps(ids), limit=600), alias))
+    if props is not None:
+        out['build_info'] = props.get('build_info')
+        slots, slot_ctx = props['total_slots'], props['default_generation_settings']['n_ctx']
+        vision = props['modalities']['vision']
+        if slots != expect['slots']:
+            problems.append('/props total_slots %s != PARALLEL %d' % (slots, expect['slots']))
+        if expect['slot_ctx'] and slot_ctx != expect['slot_ctx']:
+            problems.append('/props n_ctx per slot %s != CTX_SIZE / PARALLEL = %d' % (slot_ctx, expect['slot_ctx']))
+        if vision != expect['vision']:
+            problems.append('/props modalities.vision %s but VISION is %s'
+                            % (vision, 'on' if expect['vision'] else 'off'))
     if problems:
         out['findings'].append(prefix(3) + '; '.join(problems))
         return True
@@ -340,7 +333,13 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
         out['spec_chat_status'] = ep.call('/v1/chat/completions', _chat(alias, o['spec_prompt'], o['spec_max_tokens']),
                                           timeout=o['request_timeout'])[0]
         code, text = ep.call('/metrics', timeout=INFO_TIMEOUT)
-        drafts = parse_metrics(text).get(METRIC_DRAFTS, 0.0) if code == 200 else 0.0
+        drafts = 0.0
+        if code == 200:
+            try:
+                drafts = parse_metrics(text, 'GET /metrics').get(METRIC_DRAFTS, 0.0)
+            except BenchError as exc:
+                out['findings'].append(prefix(4) + '%s; the drafts counter cannot be read.' % exc)
+                return True
         if not is_finite_number(drafts):
             out['drafts'] = str(drafts)
             out['findings'].append(
@@ -355,6 +354,18 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
                 'init lines.' % (expect['spec'], METRIC_DRAFTS, out['drafts'], code))
             return True
     return False
+
+
+def _read(code, body, shape, path, problems):
+    """The answer of a 200 read through shape, or None with the reason appended to problems."""
+    if code != 200:
+        problems.append('%s answered HTTP %s: %s' % (path, code, _truncate(error_text(body), 200)))
+        return None
+    try:
+        return answers.read_answer(body, shape, path)
+    except ShapeError as exc:
+        problems.append(str(exc))
+        return None
 
 
 def _chat(alias, prompt, max_tokens):

@@ -31,7 +31,12 @@ description:
     the second re-prefilling at most O(prefix_cache_max_reprefill) of the first's tokens (a verbatim repeat is
     always prefilled in full on a hybrid model with C(--ctx-checkpoints 0));
     C(window) - a prompt of O(window_fraction) of one slot's context (sized with C(/tokenize)) accepted and answered,
-    its time in the result."
+    its time in the result; the slot's context is C(CTX_SIZE / PARALLEL), which C(/props) must confirm (its C(n_ctx)
+    is read alone only without a C(CTX_SIZE), up to 2097152 tokens), and the filler never outgrows it."
+  - Every answer is read through the shape b11434 gives it (C(module_utils/llama_server_answers.py)) before a check
+    uses it; one of another shape (a missing C(choices[0].message), a count that is not an integer, JSON nested too
+    deep) fails that check with the request and the path inside the answer named. Server text in a finding has its
+    control characters escaped.
   - C(stream), C(tools), C(vision), C(slots) and C(window) failing are RV(findings) (RV(passed) false; the role rolls back
     like a failed gate). C(prefix_cache) and timing figures only warn (RV(warn_findings), also as module warnings).
     A RV(contract) that differs from O(previous_contract) is a warning naming each change (RV(contract_changes)).

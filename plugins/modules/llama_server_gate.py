@@ -23,6 +23,9 @@ description:
     after a generation on a prompt a drafter can match, C(llamacpp:spec_decode_num_drafts_total) on C(/metrics) is
     a finite number above 0 (a C(NaN) or C(+Inf) counter fails the step, as does a completion token count that
     is not a finite integer); 5 - the same process served every step (C(NRestarts) and C(MainPID) unchanged, still active)."
+  - Every answer is read through the shape b11434 gives it (C(module_utils/llama_server_answers.py)), C(/metrics) by the
+    exposition format's grammar; one of another shape (a chat answer without C(choices[0].message), a C(/props) whose
+    C(modalities) is not an object, a C(1_0) sample) fails its step with the request and the path named.
   - The first failing step of 1-4 ends the HTTP checks; step 5 is still read, so a finding also says when the service
     died on the request.
   - A failing shape does not fail the module - it returns RV(passed) false with RV(findings), and the caller decides

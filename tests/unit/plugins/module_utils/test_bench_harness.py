@@ -319,8 +319,10 @@ def test_turn_conversation_grows_by_answer_and_chunk():
 
 def test_metrics_parse_and_delta():
     text = ('# HELP x\nllamacpp:spec_decode_num_drafts_total 28\n'
-            'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 3\nbogus line\n')
+            'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 3\n')
     parsed = be.parse_metrics(text)
+    with pytest.raises(be.BenchError, match='/metrics line 4: .bogus line. is not a sample'):
+        be.parse_metrics(text + 'bogus line\n')           # never skipped: a malformed line is named
     assert parsed['llamacpp:spec_decode_num_drafts_total'] == 28.0
     assert parsed['llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}'] == 3.0
     assert be.metric_delta({}, parsed, be.METRIC_DRAFTS) == 28.0

@@ -244,15 +244,20 @@ def test_a_healthy_shape_with_a_key_and_a_drafter_passes(tmp_path):
     assert [p for _, p, _ in srv.requests].count('/health') == 4
 
 
-@pytest.mark.parametrize('value', ['NaN', '+Inf', 'Inf', '-Inf', 'nan'])
+@pytest.mark.parametrize('value', ['NaN', '+Inf', 'Inf', '-Inf', 'nan', '1_0', '0x10', '1e400'])
 def test_a_non_finite_drafts_counter_fails_step_4(tmp_path, value):
-    """NaN > 0 is false and +Inf > 0 true: both passed the gate; a count that is not a number is refused."""
+    """NaN > 0 is false and +Inf > 0 true: both passed the gate; a count that is not a number is refused, and a
+    line outside the exposition format's grammar ('nan', '1_0' that float() reads as ten) is named by its number."""
     with FakeLlamaServer(drafts_per_chat=64) as srv:
         srv.drafts_text = value
         res = gate(tmp_path, srv, SPEC_TYPE='draft-simple', DRAFT_MODEL_PATH='/d')
     assert not res['passed'] and res['checked'] == ['before', '1', '2', '3', '4', '5'], res
-    assert res['findings'][0].startswith('gate (new shape) step 4: llamacpp:spec_decode_num_drafts_total is ')
-    assert 'NaN and infinities are refused' in res['findings'][0]
+    if value in ('NaN', '+Inf', 'Inf', '-Inf', '1e400'):
+        assert res['findings'][0].startswith('gate (new shape) step 4: llamacpp:spec_decode_num_drafts_total is ')
+        assert 'NaN and infinities are refused' in res['findings'][0]
+    else:
+        assert res['findings'][0].startswith('gate (new shape) step 4: GET /metrics line 6: ')
+        assert 'is not a sample of the exposition format' in res['findings'][0]
 
 
 @pytest.mark.parametrize('tokens', ['NaN', 'Infinity', '1e999', '2.5'])

@@ -1,0 +1,457 @@
+# -*- coding: utf-8 -*-
+"""The gate and the verify stage against hostile answers (issue 33): every recorded b11434 answer they read
+(/props, /v1/models, a chat completion, a stream chunk, /tokenize, /detokenize, /metrics, an error body) with
+any JSON value substituted at any position, served by an in-process llama-server stand-in.
+
+The law: run_gate and run_verify never raise; a run ends as the real answer's does, or in a fail/finding that
+names where the answer came from; a check never passes when a field it needs is of the wrong shape (the
+oracles below read the raw answer independently of llama_server_answers); no control character reaches a
+finding. Plus the issue's named cases."""
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import copy
+import json
+import math
+import re
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
+from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
+
+ALIAS = 'frank-lab'
+ENV = {'ALIAS': ALIAS, 'MODEL_PATH': '/nonexistent/m.gguf', 'MMPROJ_PATH': '/nonexistent/p.gguf',
+       'BIND_ADDR': '127.0.0.1', 'LISTEN_PORT': '7770', 'PARALLEL': '2', 'CTX_SIZE': '2048',
+       'SPEC_TYPE': 'draft-mtp,ngram-mod', 'VISION': 'on', 'LLAMA_RELEASE': 'b11434-cpu-test'}
+CONTROL = re.compile(u'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
+QUIET = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]     # monkeypatch is set again each example
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=QUIET)
+
+# --- the recorded answers (b11434, tools/server: the lab build's shapes, as the gate test's stand-in serves them)
+
+PROPS = {'default_generation_settings': {'params': {'temperature': 0.8, 'n_predict': -1}, 'n_ctx': 1024},
+         'total_slots': 2, 'model_alias': ALIAS, 'model_path': '/nonexistent/m.gguf',
+         'modalities': {'vision': True, 'video': False, 'audio': False}, 'endpoint_slots': True,
+         'endpoint_metrics': True, 'build_info': 'b11434-unknown', 'is_sleeping': False}
+MODELS = {'object': 'list', 'data': [{'id': ALIAS, 'aliases': [ALIAS], 'tags': [], 'object': 'model',
+                                      'owned_by': 'llamacpp', 'meta': {'n_ctx': 1024, 'n_ctx_train': 4096}}]}
+CHAT = {'choices': [{'finish_reason': 'length', 'index': 0,
+                     'message': {'role': 'assistant', 'content': 'ready ready', 'reasoning_content': 'think'}}],
+        'created': 1764871234, 'model': ALIAS, 'system_fingerprint': 'b11434-unknown', 'object': 'chat.completion',
+        'id': 'chatcmpl-x', 'usage': {'completion_tokens': 8, 'prompt_tokens': 18, 'total_tokens': 26},
+        'timings': {'cache_n': 0, 'prompt_n': 18, 'prompt_ms': 12.5, 'prompt_per_token_ms': 0.7,
+                    'prompt_per_second': 1440.0, 'predicted_n': 8, 'predicted_ms': 40.0, 'predicted_per_token_ms': 5.0,
+                    'predicted_per_second': 200.0, 'draft_n': 12, 'draft_n_accepted': 9}}
+TOOL_MESSAGE = {'role': 'assistant', 'content': None, 'tool_calls': [
+    {'type': 'function', 'id': 'call_1', 'function': {'name': 'get_weather', 'arguments': '{"city": "Oslo"}'}}]}
+CHUNK = {'choices': [{'finish_reason': None, 'index': 0, 'delta': {'content': 'one'}}], 'created': 1764871234,
+         'id': 'chatcmpl-x', 'model': ALIAS, 'system_fingerprint': 'b11434-unknown', 'object': 'chat.completion.chunk'}
+TOKENIZE = {'tokens': [101, 202, 303]}
+DETOKENIZE = {'content': 'river stone lantern'}
+ERROR = {'error': {'code': 500, 'message': 'Jinja Exception: this template cannot preserve thinking',
+                   'type': 'server_error'}}
+DRAFTS_LINE = 'llamacpp:spec_decode_num_drafts_total %s\n'
+METRICS = ('# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed\n'
+           '# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 114\n'
+           '# TYPE llamacpp:spec_decode_num_drafts_total counter\n' + DRAFTS_LINE
+           + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 0\n')
+RECORDED = {'props': PROPS, 'models': MODELS, 'chat': CHAT, 'chunk': CHUNK, 'tokenize': TOKENIZE,
+            'detokenize': DETOKENIZE}
+
+
+def _words(content):
+    if isinstance(content, str):
+        return len(content.split())
+    return 100                               # an image part: the projector's tokens
+
+
+class Stand(be.Endpoint):
+    """llama-server b11434 in-process: the real Endpoint's code above _request, recorded answers below it.
+    ``hostile`` = {kind: (path, value)} substitutes one position of that kind's answer (every one served);
+    ``raw`` = {kind: text} serves text in its place; ``metrics`` the drafts counter as written."""
+
+    def __init__(self, hostile=None, raw=None, drafts='64', chat_status=200):
+        be.Endpoint.__init__(self, 'http://127.0.0.1:7770', timeout=5)
+        self.hostile, self.raw, self.drafts, self.chat_status = hostile or {}, raw or {}, drafts, chat_status
+
+    def _answer(self, kind, real):
+        if kind in self.raw:
+            return self.raw[kind]
+        if kind in self.hostile:
+            real = _served(real, *self.hostile[kind])
+        return hostile.dumps(real)
+
+    def _request(self, path, payload=None, timeout=None):
+        if path == '/health':
+            return 200, '{"status":"ok"}'
+        if path == '/props':
+            return 200, self._answer('props', PROPS)
+        if path == '/v1/models':
+            return 200, self._answer('models', MODELS)
+        if path == '/metrics':
+            return 200, self.raw.get('metrics', METRICS % self.drafts)
+        if path == '/tokenize':
+            n = max(1, len(payload['content'].split()))
+            return 200, self._answer('tokenize', {'tokens': list(range(100, 100 + n))})
+        if path == '/detokenize':
+            return 200, self._answer('detokenize', {'content': ev.filler(len(payload['tokens']))})
+        if path != '/v1/chat/completions':
+            return 404, json.dumps({'error': {'code': 404, 'message': 'File Not Found', 'type': 'not_found_error'}})
+        if self.chat_status != 200:
+            return self.chat_status, self.raw.get('error', json.dumps(ERROR))
+        if payload.get('stream'):
+            return 200, ''.join('data: %s\n\n' % self._answer('chunk', CHUNK) for _ in range(3)) + 'data: [DONE]\n\n'
+        msgs = payload['messages']
+        prompt = sum(_words(m['content']) if isinstance(m['content'], str)
+                     else sum(_words(p.get('text', p)) for p in m['content']) for m in msgs) + 10 * len(msgs)
+        tokens = payload.get('max_tokens', 8)
+        answer = copy.deepcopy(CHAT)
+        answer['usage'] = {'completion_tokens': tokens, 'prompt_tokens': prompt, 'total_tokens': prompt + tokens}
+        answer['timings']['prompt_n'] = _words(msgs[-1]['content']) + 10 if len(msgs) > 1 else prompt
+        if payload.get('tools'):
+            answer['choices'][0]['message'] = copy.deepcopy(TOOL_MESSAGE)
+        return 200, self._answer('chat', answer)
+
+
+def _gate(monkeypatch, stand):
+    monkeypatch.setattr(lg, 'Endpoint', lambda *a, **k: stand)
+    state = 'NRestarts=0\nMainPID=4711\nActiveState=active\n'
+    return lg.run_gate(lg.expectations(dict(ENV)), '', 'llama-server.service', 5,
+                       lambda argv: (0, state, ''), poll=0.01, sleep=lambda s: None)
+
+
+def _verify(monkeypatch, stand, env=None, previous=None):
+    monkeypatch.setattr(ev, 'Endpoint', lambda *a, **k: stand)
+    return ev.run_verify(ev.features(dict(ENV, **(env or {}))), '', {'request_timeout': 5}, previous)
+
+
+def _statuses(result):
+    return dict((c['name'], c['status']) for c in result['checks'])
+
+
+# --- oracles: what each check needs of an answer, read from the raw value (not through the shapes under test)
+
+def _count(value, lo=0):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return False
+    return lo <= value <= 2 ** 31 - 1
+
+
+def _text(value):
+    return value is None or isinstance(value, str)
+
+
+def _get(value, *path):
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(value, list) or len(value) <= key:
+                return None
+        elif not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _message_ok(answer):
+    msg = _get(answer, 'choices', 0, 'message')
+    return isinstance(msg, dict) and _text(msg.get('content')) and _text(msg.get('reasoning_content'))
+
+
+def _usage_ok(answer):
+    return _count(_get(answer, 'usage', 'prompt_tokens')) and _count(_get(answer, 'usage', 'completion_tokens'))
+
+
+def _tool_ok(answer):
+    msg = _get(answer, 'choices', 0, 'message')
+    calls = _get(msg, 'tool_calls')
+    if not isinstance(calls, list) or not calls:
+        return isinstance(msg, dict) and isinstance(msg.get('content'), str)
+    for call in calls:
+        args = _get(call, 'function', 'arguments')
+        if _get(call, 'function', 'name') != 'get_weather' or not isinstance(args, str):
+            return False
+        try:
+            if not isinstance(json.loads(args), dict):
+                return False
+        except ValueError:
+            return False
+    return True
+
+
+def _chunk_ok(chunk):
+    choices = _get(chunk, 'choices')
+    return isinstance(choices, list) and len(choices) > 0 and all(
+        isinstance(_get(c, 'delta'), dict) and _text(c['delta'].get('content')) for c in choices)
+
+
+NEEDS = {   # check -> (the answer kind it reads, what it needs of that answer to pass)
+    'vision': ('chat', lambda a: _message_ok(a) and _usage_ok(a)),
+    'slots': ('chat', lambda a: _usage_ok(a) and _count(_get(a, 'timings', 'draft_n'), 1)),
+    'prefix_cache': ('chat', lambda a: _usage_ok(a) and _count(_get(a, 'timings', 'prompt_n'))),
+    'window': ('chat', _usage_ok),
+    'tools': ('chat', _tool_ok),
+    'stream': ('chunk', _chunk_ok),
+}
+
+
+def _hostile_of(kind):
+    return hostile.hostile_answers(RECORDED[kind]).map(lambda pa: (kind, pa[0], pa[1]))
+
+
+HOSTILE = st.one_of([_hostile_of(k) for k in ('props', 'models', 'chat', 'chunk', 'tokenize', 'detokenize')])
+
+
+def _no_control(result):
+    for line in result['findings'] + result.get('warnings', []) + [result['message']]:
+        assert not CONTROL.search(line), line
+
+
+# --- the generators -----------------------------------------------------------------------------------
+
+@SETTINGS
+@given(HOSTILE)
+def test_the_gate_passes_only_on_answers_of_their_shape(monkeypatch, case):
+    kind, path, answer = case
+    res = _gate(monkeypatch, Stand(hostile={kind: (path, _get_at(answer, path))}))
+    _no_control(res)
+    if res['passed']:
+        # a passing gate read every required field right, whatever else the answer holds
+        if kind == 'chat':
+            assert _message_ok(answer) and _count(_get(answer, 'usage', 'completion_tokens'), 1), (path, answer)
+        if kind == 'props':
+            assert _get(answer, 'total_slots') == 2 and _get(answer, 'default_generation_settings', 'n_ctx') == 1024
+            assert _get(answer, 'modalities', 'vision') is True, (path, answer)
+        if kind == 'models':
+            assert any(_get(m, 'id') == ALIAS for m in (_get(answer, 'data') or []) if isinstance(m, dict))
+    else:
+        assert res['findings'] and res['findings'][0].startswith('gate (new shape) step ')
+        source = {'chat': '/v1/chat/completions', 'props': '/props', 'models': '/v1/models'}.get(kind)
+        assert source is None or source in res['findings'][0], res['findings']
+
+
+def _get_at(answer, path):
+    """The value hostile_answers put at path (the whole answer for the root)."""
+    node = answer
+    for key in path:
+        node = node[key]
+    return node
+
+
+@SETTINGS
+@given(HOSTILE)
+def test_verify_never_raises_and_never_passes_a_check_on_a_wrong_field(monkeypatch, case):
+    kind, path, answer = case
+    start = time.time()
+    res = _verify(monkeypatch, Stand(hostile={kind: (path, _get_at(answer, path))}))
+    assert time.time() - start < 10
+    _no_control(res)
+    real = _real_verify()
+    for check in res['checks']:
+        needs = NEEDS.get(check['name'])
+        if check['status'] == 'pass' and needs and needs[0] == kind:
+            served = answer
+            if kind == 'chat' and check['name'] == 'tools':
+                served = _served(_tools_answer(), path, _get_at(answer, path))
+            assert needs[1](served), (check['name'], path, served)
+        if check['status'] != real[check['name']]:
+            assert check['reason'], check
+    assert res['passed'] == (not res['findings'])
+
+
+def _tools_answer():
+    answer = copy.deepcopy(CHAT)
+    answer['choices'][0]['message'] = copy.deepcopy(TOOL_MESSAGE)
+    return answer
+
+
+def _served(real, path, value):
+    """What the stand serves for real with value at path (the real answer where it lacks the path)."""
+    try:
+        return hostile.substitute(real, path, value)
+    except (KeyError, IndexError, TypeError):
+        return real
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=QUIET)
+@given(hostile.hostile_text())
+def test_a_drafts_counter_passes_the_gate_only_as_a_positive_decimal(monkeypatch, value):
+    res = _gate(monkeypatch, Stand(drafts=value))
+    _no_control(res)
+    if res['passed']:
+        first = value.split('\n', 1)[0].strip()
+        assert re.match(r'[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z', first), value
+        assert math.isfinite(float(first)) and float(first) > 0
+    else:
+        assert 'step 4' in res['findings'][0] and '/metrics' in res['findings'][0] or \
+            'spec_decode_num_drafts_total' in res['findings'][0]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=QUIET)
+@given(st.sampled_from(['props', 'models', 'chat', 'chunk', 'tokenize', 'detokenize']), hostile.hostile_text())
+def test_any_text_in_place_of_an_answer_is_a_named_fail(monkeypatch, kind, text):
+    res = _verify(monkeypatch, Stand(raw={kind: text}))
+    _no_control(res)
+    gate = _gate(monkeypatch, Stand(raw={kind: text}))
+    _no_control(gate)
+    if kind in ('props', 'models', 'chat'):
+        assert not gate['passed'] or _parses_as_recorded(kind, text)
+
+
+def _parses_as_recorded(kind, text):
+    try:
+        return json.loads(text) == RECORDED[kind]
+    except ValueError:
+        return False
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=QUIET)
+@given(hostile.json_values())
+def test_an_error_body_is_quoted_printable_and_never_raises(monkeypatch, value):
+    stand = Stand(raw={'error': hostile.dumps(value)}, chat_status=500)
+    res = _gate(monkeypatch, stand)
+    assert not res['passed'] and 'answered HTTP 500' in res['findings'][0]
+    _no_control(res)
+    res = _verify(monkeypatch, Stand(raw={'error': hostile.dumps(value)}, chat_status=500))
+    assert not res['passed']
+    _no_control(res)
+
+
+# --- the real answers pass, and the issue's named cases ----------------------------------------------
+
+_REAL = []
+
+
+def _real_verify():
+    """Each check's status on the recorded answers (every one passes: the test below proves it)."""
+    if not _REAL:
+        mp = pytest.MonkeyPatch()
+        try:
+            _REAL.append(_statuses(_verify(mp, Stand())))
+        finally:
+            mp.undo()
+    return _REAL[0]
+
+
+def test_the_recorded_answers_pass_the_gate_and_every_check(monkeypatch):
+    res = _gate(monkeypatch, Stand())
+    assert res['passed'], res['findings']
+    assert res['drafts'] == 64 and res['completion_tokens'] == 8 and res['build_info'] == 'b11434-unknown'
+    res = _verify(monkeypatch, Stand())
+    assert res['passed'] and res['warnings'] == [], res['message']
+    assert _statuses(res) == dict((n, 'pass') for n in ev.CHECKS), res['message']
+    assert res['contract']['modalities'] == {'vision': True, 'video': False, 'audio': False}
+
+
+def _one(monkeypatch, kind, path, value, env=None):
+    return _verify(monkeypatch, Stand(hostile={kind: (path, value)}), env)
+
+
+def _check(res, name):
+    return next(c for c in res['checks'] if c['name'] == name)
+
+
+@pytest.mark.parametrize('value', [5, {'0': CHAT['choices'][0]}, [], [7]])
+def test_choices_of_another_shape_fail_the_gate_and_verify(monkeypatch, value):
+    res = _gate(monkeypatch, Stand(hostile={'chat': (('choices',), value)}))
+    assert not res['passed'] and 'step 2' in res['findings'][0] and '/v1/chat/completions choices' in res['findings'][0]
+    res = _one(monkeypatch, 'chat', ('choices',), value)
+    assert not res['passed']
+    for name in ('tools', 'vision', 'slots', 'window'):
+        assert _check(res, name)['status'] == 'fail' and 'choices' in _check(res, name)['reason'], _check(res, name)
+
+
+def test_a_chat_answer_without_its_message_fails_the_gate(monkeypatch):
+    res = _gate(monkeypatch, Stand(hostile={'chat': (('choices', 0), {'index': 0, 'finish_reason': 'stop'})}))
+    assert not res['passed'] and 'choices[0]: no message' in res['findings'][0], res['findings']
+
+
+@pytest.mark.parametrize('path, value, check, where', [
+    (('usage',), [1, 2], 'window', 'usage: expected an object'),
+    (('timings',), 'fast', 'slots', 'timings: expected an object'),
+    (('timings', 'prompt_n'), 'word', 'prefix_cache', 'timings.prompt_n'),
+    (('choices', 0, 'message', 'content'), [{'type': 'text', 'text': 'x'}], 'vision', 'message.content'),
+    (('choices', 0, 'message', 'reasoning_content'), {'a': 1}, 'vision', 'message.reasoning_content'),
+])
+def test_a_field_of_the_wrong_type_is_a_fail_naming_it(monkeypatch, path, value, check, where):
+    c = _check(_one(monkeypatch, 'chat', path, value), check)
+    assert c['status'] in ('fail', 'warn') and 'POST /v1/chat/completions' in c['reason'] and where in c['reason'], c
+
+
+def test_a_draft_n_of_1e400_and_json_200000_deep_are_named(monkeypatch):
+    text = hostile.dumps(dict(CHAT, timings=dict(CHAT['timings'], draft_n='__X__'))).replace('"__X__"', '1e400')
+    c = _check(_verify(monkeypatch, Stand(raw={'chat': text})), 'slots')
+    assert c['status'] == 'fail' and 'timings.draft_n' in c['reason'] and 'not a finite number' in c['reason'], c
+    deep = '[' * 200000 + ']' * 200000
+    res = _gate(monkeypatch, Stand(raw={'chat': deep}))
+    assert not res['passed'] and 'nested deeper' in res['findings'][0]
+    res = _verify(monkeypatch, Stand(raw={'chunk': deep, 'chat': deep}))
+    assert not res['passed'] and 'nested deeper' in _check(res, 'stream')['reason']
+
+
+@pytest.mark.parametrize('path, value, where', [
+    (('default_generation_settings',), [1024], '/props default_generation_settings: expected an object, got a list'),
+    (('modalities',), 'vision', '/props modalities: expected an object'),
+    (('total_slots',), '2', '/props total_slots'),
+])
+def test_props_of_another_shape_are_named(monkeypatch, path, value, where):
+    res = _gate(monkeypatch, Stand(hostile={'props': (path, value)}))
+    assert not res['passed'] and where in res['findings'][0], res['findings']
+    res = _one(monkeypatch, 'props', path, value)
+    assert _check(res, 'window')['status'] == 'fail' and where in _check(res, 'window')['reason']
+    if path[0] == 'modalities':
+        assert any(where in w for w in res['warnings']) and res['contract']['modalities'] == {'vision': True}
+
+
+@pytest.mark.parametrize('n_ctx, env, needle', [
+    (2 ** 31 - 1, {}, 'n_ctx 2147483647 per slot, CTX_SIZE / PARALLEL 1024'),
+    (2 ** 31 - 1, {'CTX_SIZE': ''}, 'beyond the 2097152 tokens this check fills'),
+    (10 ** 30, {'CTX_SIZE': ''}, 'GET /props: not JSON: an integer of 31 digits'),
+])
+def test_an_absurd_n_ctx_is_a_finding_not_a_filler_until_killed(monkeypatch, n_ctx, env, needle):
+    start = time.time()
+    res = _one(monkeypatch, 'props', ('default_generation_settings', 'n_ctx'), n_ctx, env)
+    c = _check(res, 'window')
+    assert c['status'] == 'fail' and needle in c['reason'] and time.time() - start < 5, c
+
+
+def test_a_tokenizer_that_never_covers_the_target_cannot_grow_the_filler_beyond_the_window(monkeypatch):
+    sent = []
+
+    class Sparse(Stand):
+        def _request(self, path, payload=None, timeout=None):
+            if path == '/tokenize':
+                sent.append(len(payload['content'].split()))
+                return 200, '{"tokens": [1]}'
+            return Stand._request(self, path, payload, timeout)
+
+    c = _check(_verify(monkeypatch, Sparse()), 'window')
+    assert c['figures']['target_tokens'] == 1006 and max(sent) <= 2 * 1006 + 64, (sent, c)
+
+
+def test_a_stream_whose_chunks_carry_no_choices_fails(monkeypatch):
+    c = _check(_one(monkeypatch, 'chunk', ('choices',), []), 'stream')
+    assert c['status'] == 'fail' and '0 chunk(s)' in c['reason'], c
+    for path, value in ((('choices',), None), (('choices', 0, 'delta'), 'x'), ((), [])):
+        c = _check(_one(monkeypatch, 'chunk', path, value), 'stream')
+        assert c['status'] == 'fail' and 'the SSE event on line 1' in c['reason'], c
+
+
+def test_a_previous_contract_of_another_shape_is_a_warning(monkeypatch):
+    res = _verify(monkeypatch, Stand(), previous={'reasoning_efforts': ['low'], 'alias': ALIAS})
+    assert res['passed'] and any('previous_contract reasoning_efforts' in w for w in res['warnings']), res['warnings']
+
+
+def test_bench_endpoint_names_a_malformed_answer(monkeypatch):
+    stand = Stand(raw={'props': '{"build_info": "b1\\u001b[2J"}', 'tokenize': '[' * 100000})
+    assert stand.build() is None
+    with pytest.raises(be.BenchError, match='POST http://127.0.0.1:7770/tokenize - nested deeper|/tokenize: nested'):
+        stand.post_json('/tokenize', {'content': 'x'})
+    with pytest.raises(be.BenchError, match='line 5: .llamacpp:spec_decode_num_drafts_total 1_0. is not a sample'):
+        Stand(raw={'metrics': METRICS % '1_0'}).metrics()
