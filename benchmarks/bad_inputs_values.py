@@ -413,6 +413,7 @@ def cases(tmp, Case):
     drafter = gguf("dflash_drafter.gguf", gguf_bytes(Spec(
         [("general.architecture", STRING, "dflash"), ("dflash.block_count", UINT32, 2),
          ("dflash.embedding_length", UINT32, 64), ("dflash.attention.head_count", UINT32, 4),
+         ("dflash.context_length", UINT32, 4096),
          ("dflash.block_size", UINT32, 16)],
         [("blk.0.attn_norm.weight", [64], 0), ("blk.1.attn_norm.weight", [64], 0)])))
     target = gguf("qwen35_ok.gguf", gguf_bytes(_qwen35_spec()))
