@@ -210,6 +210,8 @@ def count(entries, state, unit, move_cursor=True):
     """Add the entries' matches to state['counts']; move the cursor to the last entry. Returns lines counted."""
     added = 0
     for entry in entries:
+        if not isinstance(entry, dict):
+            continue     # parse_lines yields objects; anything else is no journal entry
         key = classify(entry, unit)
         if key is not None:
             state['counts'][key] = state['counts'].get(key, 0) + 1
