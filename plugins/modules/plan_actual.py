@@ -104,7 +104,7 @@ options:
   model_sha256:
     description: The model's sha256 when known; empty = gguf_fetch's stamp (C(<model>.verified.json)) when it still
       matches the file and a verification as root wrote it (root-owned, one link, its ctime matching where another
-      user can write the model), else the file is hashed. A stamp someone else could have written is not repeated:
+      user can write the model), else the file is hashed. A stamp someone else could have written is not repeated -
       the record's C(model_sha256) is then null and C(model_sha256_source) says C(unverified) and why.
     type: str
     default: ''
