@@ -116,7 +116,7 @@ KFD_PROPERTY_BOUNDS = {
 KFD_PROPERTY_MIN, KFD_PROPERTY_MAX = -(2 ** 63), 2 ** 64 - 1     # the kernel prints s64 and u64 properties
 
 _BDF_RE = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
-_DRM_CARD_RE = re.compile(r'^card(\d+)$')
+_DRM_CARD_RE = re.compile(r'card([0-9]{1,6})\Z')   # a longer run of digits is no card (and no int() of it)
 
 
 class GpuFactsError(Exception):
@@ -491,7 +491,7 @@ def _kfd_gpus(root, warnings):
         return None
     nodes = []
     for entry in os.listdir(nodes_dir):
-        if digits(entry):
+        if digits(entry) and len(entry) <= 6:   # a node number, never int() of 5000 digits
             path = KFD_NODES + '/' + entry + '/properties'
             text = read_text(root, path)
             if text is None:
