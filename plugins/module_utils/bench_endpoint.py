@@ -27,6 +27,9 @@ from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
 from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
+from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import VRAM_MAX_BYTES, VRAM_MAX_MIB
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import (
+    Int, Num, ShapeError, int_text, kind, load_json, printable)
 
 
 MIB = 1024 * 1024
@@ -219,29 +222,39 @@ def _which(name):
     return None
 
 
-def parse_nvidia_smi_memory(text):
-    """``nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits`` -> cards."""
+_SMI_INDEX = re.compile(r'[0-9]{1,4}\Z')
+_VRAM_MIB = Num(0, VRAM_MAX_MIB, text=True)
+_VRAM_BYTES = Int(0, VRAM_MAX_BYTES, text=True)
+
+
+def parse_nvidia_smi_memory(text, source='nvidia-smi'):
+    """``nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits`` -> cards.
+
+    Lines that are no card (a header, "No devices were found") are passed over and a card whose figures are
+    [N/A] is left out; a card's figure that is not a MiB count a GPU can hold (5000 digits, -1, 1e30) is
+    refused (ShapeError naming the line and field), never recorded."""
     cards = []
-    for line in text.splitlines():
+    for lineno, line in enumerate(text.splitlines(), 1):
         fields = [f.strip() for f in line.split(',')]
-        if len(fields) != 3 or not fields[0].isdigit():
+        if len(fields) != 3 or not _SMI_INDEX.match(fields[0]):
             continue
-        try:
-            cards.append({'card': 'CUDA%s' % fields[0], 'used_mib': float(fields[1]), 'total_mib': float(fields[2])})
-        except ValueError:
-            continue
+        if any(f.startswith('[') and f.endswith(']') for f in fields[1:]):
+            continue     # [N/A], [Insufficient Permissions]
+        where = '%s line %d' % (source, lineno)
+        cards.append({'card': 'CUDA%d' % int(fields[0]), 'used_mib': float(_VRAM_MIB.read(fields[1], where, 'memory.used')),
+                      'total_mib': float(_VRAM_MIB.read(fields[2], where, 'memory.total'))})
     return cards
 
 
-def parse_rocm_smi_memory(text):
-    """``rocm-smi --showmeminfo vram --json`` -> cards (bytes in the JSON, MiB out)."""
+def parse_rocm_smi_memory(text, source='rocm-smi'):
+    """``rocm-smi --showmeminfo vram --json`` -> cards (bytes in the JSON, MiB out). No JSON at all is no card;
+    JSON that is not an object of cards, or a VRAM figure no card holds, is refused (ShapeError)."""
     start = text.find('{')
     if start < 0:
         return []
-    try:
-        data = json.loads(text[start:])
-    except ValueError:
-        return []
+    data = load_json(text[start:], source)
+    if not isinstance(data, dict):
+        raise ShapeError(source, '', 'expected a JSON object keyed by card, got %s' % kind(data))
     cards = []
     for key in sorted(data, key=_card_order):
         entry = data[key]
@@ -251,35 +264,36 @@ def parse_rocm_smi_memory(text):
         for name, value in entry.items():
             low = name.lower()
             if 'vram' in low and 'used' in low:
-                used = value
+                used = _VRAM_BYTES.read(value, source, '%s.%s' % (key, name))
             elif 'vram' in low and 'total' in low:
-                total = value
+                total = _VRAM_BYTES.read(value, source, '%s.%s' % (key, name))
         if used is None:
             continue
-        try:
-            cards.append({'card': 'ROCm%d' % len(cards), 'source_card': key, 'used_mib': int(used) / float(MIB),
-                          'total_mib': int(total) / float(MIB) if total is not None else None})
-        except ValueError:
-            continue
+        cards.append({'card': 'ROCm%d' % len(cards), 'source_card': key, 'used_mib': used / float(MIB),
+                      'total_mib': total / float(MIB) if total is not None else None})
     return cards
 
 
 def _card_order(name):
-    digits = re.sub(r'\D', '', name)
+    digits = re.sub(r'\D', '', name)[:9]
     return (int(digits) if digits else 0, name)
 
 
 def read_amdgpu_sysfs(root='/'):
-    """Used/total VRAM of every amdgpu card from sysfs (what rocm-smi reads), in card order."""
+    """Used/total VRAM of every amdgpu card from sysfs (what rocm-smi reads), in card order. A card whose files
+    are gone is passed over; a figure that is not a byte count a card holds is refused (ShapeError)."""
     cards = []
     pattern = os.path.join(root, 'sys/class/drm/card[0-9]*/device/mem_info_vram_used')
     for used_path in sorted(glob.glob(pattern), key=lambda p: _card_order(p.split('/drm/')[1].split('/')[0])):
         device = os.path.dirname(used_path)
+        total_path = os.path.join(device, 'mem_info_vram_total')
         try:  # sysfs attributes: regular files, read to EOF without blocking, a page at most
-            used = int(read_text(used_path, 'sysfs attribute', 1 << 16).strip())
-            total = int(read_text(os.path.join(device, 'mem_info_vram_total'), 'sysfs attribute', 1 << 16).strip())
-        except (IOError, OSError, ValueError):
+            used_text = read_text(used_path, 'sysfs attribute', 1 << 16)
+            total_text = read_text(total_path, 'sysfs attribute', 1 << 16)
+        except (IOError, OSError):
             continue
+        used = int_text(used_text, used_path, 0, VRAM_MAX_BYTES)
+        total = int_text(total_text, total_path, 0, VRAM_MAX_BYTES)
         cards.append({'card': 'ROCm%d' % len(cards), 'source_card': used_path.split('/drm/')[1].split('/')[0],
                       'used_mib': used / float(MIB), 'total_mib': total / float(MIB)})
     return cards
@@ -290,13 +304,17 @@ def read_vram():
 
     Cards are ``{card, used_mib, total_mib}``; ``card`` is the llama.cpp-style name in runtime order.
     Integrated GPUs that the service hides are still listed: the reader cannot know the unit's
-    HIP_VISIBLE_DEVICES; compare by ``source_card`` when that matters.
+    HIP_VISIBLE_DEVICES; compare by ``source_card`` when that matters. A reader whose output is not of its
+    shape ends the search: ([], 'refused: <where and why>') - no figure, and the refusal recorded by name.
     """
     readers = (('nvidia-smi', lambda: _smi_cards('nvidia-smi', NVIDIA_SMI_MEMORY, parse_nvidia_smi_memory)),
                ('amdgpu sysfs', lambda: read_amdgpu_sysfs('/')),
                ('rocm-smi', lambda: _smi_cards('rocm-smi', ROCM_SMI_MEMORY, parse_rocm_smi_memory)))
     for source, read in readers:
-        cards = read()
+        try:
+            cards = read()
+        except ShapeError as exc:
+            return [], 'refused: %s' % printable(str(exc), limit=300)
         if cards:
             return cards, source
     return [], None

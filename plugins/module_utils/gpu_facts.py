@@ -20,12 +20,13 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import errno
-import json
 import os
 import re
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, decode_text, open_regular, read_text as _read_file_text
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import (
+    INT_LIMIT, Int, ShapeError, Str, int_text, load_json, num_text, printable)
 
 VENDOR_AMD = '0x1002'
 VENDOR_NVIDIA = '0x10de'
@@ -99,8 +100,23 @@ COLLECTIVE_MEANING_LEGAL = (
     '(-sm layer) needs no collective and stays valid either way.'
 )
 
+# What no real card, link or tool output comes near: a figure outside is refused by name, never recorded.
+VRAM_MAX_BYTES = 2 ** 50            # 1 PiB of VRAM on one card
+VRAM_MAX_MIB = VRAM_MAX_BYTES // MIB
+LINK_WIDTH_MAX = 63                 # the PCIe link width field is 6 bits
+LINK_GEN_MAX = 16
+LINK_SPEED_MAX_GTS = 1024.0
+GPU_INDEX_MAX = 1023
+NAME_MAX_CHARS = 256                # a marketing name, a driver, a card
+# KFD topology properties the collection reads, bounded by their fields' widths; every other one is an integer.
+KFD_PROPERTY_BOUNDS = {
+    'location_id': (0, 0xffff), 'domain': (0, 0xffffffff), 'gfx_target_version': (0, 999999),
+    'simd_count': (0, 1 << 20), 'cpu_cores_count': (0, 1 << 20),
+}
+KFD_PROPERTY_MIN, KFD_PROPERTY_MAX = -(2 ** 63), 2 ** 64 - 1     # the kernel prints s64 and u64 properties
+
 _BDF_RE = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
-_DRM_CARD_RE = re.compile(r'^card(\d+)$')
+_DRM_CARD_RE = re.compile(r'card([0-9]{1,6})\Z')   # a longer run of digits is no card (and no int() of it)
 
 
 class GpuFactsError(Exception):
@@ -161,15 +177,17 @@ def read_text(root, path):
         raise GpuFactsError('%s; re-record the tree, or read the live /sys' % exc)
 
 
-def read_int(root, path, what):
+def read_int(root, path, what, lo=0, hi=VRAM_MAX_BYTES):
+    """A sysfs integer in [lo, hi] (VRAM bytes unless told), None when the file is absent; anything else -- a
+    word, 5000 digits, -32 GiB, 10^30 bytes -- is refused naming the file, never recorded."""
     text = read_text(root, path)
     if text is None:
         return None
     try:
-        return int(text, 0)
-    except ValueError:
-        raise GpuFactsError('%s: expected %s as an integer, found %r; the file is not what the '
-                            'kernel writes there - re-record the tree' % (host_path(root, path), what, text[:60]))
+        return int_text(text, host_path(root, path), lo, hi)
+    except ShapeError as exc:
+        raise GpuFactsError('%s (%s); the file is not what the kernel writes there - re-record the tree'
+                            % (exc, what))
 
 
 def read_hex_id(root, path, what):
@@ -192,12 +210,18 @@ def is_display(root, devpath):
     return int(text, 16) >> 16 == 0x03
 
 
-def parse_link_speed(text):
-    """'16.0 GT/s PCIe', '8 GT/s', '16GT/s' -> 16.0; 'Unknown' -> None."""
+def parse_link_speed(text, source='link speed'):
+    """'16.0 GT/s PCIe', '8 GT/s', '16GT/s' -> 16.0; 'Unknown' -> None; a rate no link has (5000 digits, which a
+    float cast reads as infinity) is refused naming ``source``."""
     if not text:
         return None
     match = re.match(r'^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s', text)
-    return float(match.group(1)) if match else None
+    if not match:
+        return None
+    try:
+        return float(num_text(match.group(1), source, 0.0, LINK_SPEED_MAX_GTS))
+    except ShapeError as exc:
+        raise GpuFactsError('%s: expected a PCIe transfer rate in GT/s' % exc)
 
 
 def link_gen(speed):
@@ -222,12 +246,14 @@ def read_link(root, devpath):
         if text is None:
             return None
         try:
-            value = int(text)
-        except ValueError:
-            raise GpuFactsError('%s: expected a lane count, found %r' % (host_path(root, devpath + '/' + name), text[:40]))
+            value = int_text(text, host_path(root, devpath + '/' + name), 0, LINK_WIDTH_MAX)
+        except ShapeError as exc:
+            raise GpuFactsError('%s: expected a lane count' % exc)
         return value or None
-    return (parse_link_speed(read_text(root, devpath + '/current_link_speed')), width('current_link_width'),
-            parse_link_speed(read_text(root, devpath + '/max_link_speed')), width('max_link_width'))
+
+    def speed(name):
+        return parse_link_speed(read_text(root, devpath + '/' + name), host_path(root, devpath + '/' + name))
+    return speed('current_link_speed'), width('current_link_width'), speed('max_link_speed'), width('max_link_width')
 
 
 def pci_chain(devpath):
@@ -314,7 +340,12 @@ def parse_lspci(text, source):
                     break
         match = re.search(r'LnkSta:\s*Speed\s+([0-9.]+|unknown)\s*GT/s[^,\n]*,\s*Width x(\d+)', body)
         if match:
-            dev['link'] = (parse_link_speed(match.group(1) + 'GT/s'), int(match.group(2)) or None)
+            where = '%s device %s LnkSta' % (source, dev['bdf'])
+            try:
+                width = int_text(match.group(2), where, 0, LINK_WIDTH_MAX)
+            except ShapeError as exc:
+                raise GpuFactsError('%s: expected a lane count' % exc)
+            dev['link'] = (parse_link_speed(match.group(1) + 'GT/s', where), width or None)
         cap = re.search(r'AtomicOpsCap:([^\n]*)', body)
         ctl = re.search(r'AtomicOpsCtl:([^\n]*)', body)
         if cap or ctl:
@@ -335,6 +366,11 @@ def _na(value):
     return value is None or value.strip() == '' or value.strip().startswith('[')
 
 
+# Per NVIDIA_SMI_FIELDS position: the largest value a real GPU reports (integer fields only).
+_NVIDIA_SMI_MAX = {0: GPU_INDEX_MAX, 3: VRAM_MAX_MIB, 4: VRAM_MAX_MIB, 6: LINK_GEN_MAX, 7: LINK_WIDTH_MAX}
+_NAME = Str(max_len=NAME_MAX_CHARS, name=True)
+
+
 def parse_nvidia_smi(text, source):
     """Rows of ``nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits``."""
     rows = []
@@ -347,39 +383,46 @@ def parse_nvidia_smi(text, source):
         if fields[0] == 'index':
             continue  # a header line: recorded without noheader
         if len(fields) != len(NVIDIA_SMI_FIELDS):
-            raise GpuFactsError('%s line %d: expected %d comma-separated fields (%s), found %d: %r; record it '
+            raise GpuFactsError('%s line %d: expected %d comma-separated fields (%s), found %d: %s; record it '
                                 'with nvidia-smi %s' % (source, lineno, len(NVIDIA_SMI_FIELDS), ','.join(NVIDIA_SMI_FIELDS),
-                                                        len(fields), line[:100], ' '.join(NVIDIA_SMI_ARGS)))
+                                                        len(fields), printable(repr(line), limit=100),
+                                                        ' '.join(NVIDIA_SMI_ARGS)))
 
-        def num(idx, kind=int):
+        def num(idx):
             value = fields[idx]
             if _na(value):
                 return None
             try:
-                return kind(value)
-            except ValueError:
-                raise GpuFactsError('%s line %d: field %s is %r, expected a number' % (
-                    source, lineno, NVIDIA_SMI_FIELDS[idx], value))
+                return Int(0, _NVIDIA_SMI_MAX[idx], text=True).read(value, '%s line %d' % (source, lineno),
+                                                                     NVIDIA_SMI_FIELDS[idx])
+            except ShapeError as exc:
+                raise GpuFactsError('%s; record it with nvidia-smi %s' % (exc, ' '.join(NVIDIA_SMI_ARGS)))
+        try:
+            name = _NAME.read(fields[1], '%s line %d' % (source, lineno), 'name')
+        except ShapeError as exc:
+            raise GpuFactsError(str(exc))
         bus = normalize_bdf(fields[2])
         if bus is None:
-            raise GpuFactsError('%s line %d: pci.bus_id %r is not a PCI address like 00000000:19:00.0' % (
-                source, lineno, fields[2]))
+            raise GpuFactsError('%s line %d: pci.bus_id %s is not a PCI address like 00000000:19:00.0' % (
+                source, lineno, printable(repr(fields[2]), limit=80)))
         cap = fields[5]
         if _na(cap):
             arch = None
-        elif re.match(r'^\d+\.\d+$', cap):
+        elif re.match(r'[0-9]{1,2}\.[0-9]{1,2}\Z', cap):
             arch = cap.replace('.', '')
         else:
-            raise GpuFactsError('%s line %d: compute_cap %r, expected major.minor like 9.0' % (source, lineno, cap))
+            raise GpuFactsError('%s line %d: compute_cap %s, expected major.minor like 9.0'
+                                % (source, lineno, printable(repr(cap), limit=80)))
         gen = num(6)
         rows.append({
-            'index': num(0), 'name': fields[1], 'pci_address': bus,
+            'index': num(0), 'name': name, 'pci_address': bus,
             'memory_total_mib': num(3), 'memory_used_mib': num(4),
             'compute_cap': None if arch is None else cap, 'cuda_arch': arch,
             'link_gen': gen, 'link_width': num(7),
         })
         if rows[-1]['index'] is None:
-            raise GpuFactsError('%s line %d: index is %r, expected an integer' % (source, lineno, fields[0]))
+            raise GpuFactsError('%s line %d: index is %s, expected an integer'
+                                % (source, lineno, printable(repr(fields[0]), limit=80)))
     return rows
 
 
@@ -389,9 +432,9 @@ def parse_rocm_smi(text, source):
     if start < 0:
         raise GpuFactsError('%s: no JSON object found; expected rocm-smi %s output' % (source, ' '.join(ROCM_SMI_ARGS)))
     try:
-        data = json.loads(text[start:])
-    except ValueError as exc:
-        raise GpuFactsError('%s: not valid JSON (%s); expected rocm-smi %s output' % (source, exc, ' '.join(ROCM_SMI_ARGS)))
+        data = load_json(text[start:], source)
+    except ShapeError as exc:
+        raise GpuFactsError('%s; expected rocm-smi %s output' % (exc, ' '.join(ROCM_SMI_ARGS)))
     names = {}
     if not isinstance(data, dict):
         raise GpuFactsError('%s: expected a JSON object keyed by card' % source)
@@ -402,8 +445,13 @@ def parse_rocm_smi(text, source):
         name = lowered.get('marketing name') or lowered.get('card series')
         if not name:
             continue
-        bdf = normalize_bdf(str(lowered.get('pci bus', '')))
-        names[bdf or key] = str(name)
+        try:
+            name = _NAME.read(name, source, '%s.marketing name' % printable(key, limit=40))
+        except ShapeError as exc:
+            raise GpuFactsError(str(exc))
+        bus = lowered.get('pci bus')
+        bdf = normalize_bdf(bus) if isinstance(bus, str) else None
+        names[bdf or key] = name
     return names
 
 
@@ -414,11 +462,14 @@ def parse_kfd_properties(text, path):
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise GpuFactsError('%s line %d: expected "name value", found %r' % (path, lineno, line[:80]))
+            raise GpuFactsError('%s line %d: expected "name value", found %s'
+                                % (path, lineno, printable(repr(line), limit=80)))
+        lo, hi = KFD_PROPERTY_BOUNDS.get(parts[0], (KFD_PROPERTY_MIN, KFD_PROPERTY_MAX))
         try:
-            props[parts[0]] = int(parts[1])
-        except ValueError:
-            raise GpuFactsError('%s line %d: %s is %r, expected an integer' % (path, lineno, parts[0], parts[1]))
+            props[parts[0]] = Int(lo, hi, text=True).read(parts[1], '%s line %d' % (path, lineno),
+                                                          printable(parts[0], limit=60))
+        except ShapeError as exc:
+            raise GpuFactsError('%s; the file is not what the kernel writes there' % exc)
     return props
 
 
@@ -440,7 +491,7 @@ def _kfd_gpus(root, warnings):
         return None
     nodes = []
     for entry in os.listdir(nodes_dir):
-        if digits(entry):
+        if digits(entry) and len(entry) <= 6:   # a node number, never int() of 5000 digits
             path = KFD_NODES + '/' + entry + '/properties'
             text = read_text(root, path)
             if text is None:
@@ -819,11 +870,11 @@ _DEFAULTS = (('vram_used_bytes', int, 0), ('vram_reserved_bytes', int, 0), ('int
 # What each recorded key the result is derived from must hold; null is allowed for all but the required ones.
 # A wrong type is refused naming the key (gpus[i].links[j].gbps ...) before anything is derived from it.
 def _t_str(v):
-    return isinstance(v, str)
+    return isinstance(v, str) and len(v) <= 4096 and not _CONTROL.search(v)
 
 
 def _t_uint(v):
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT_LIMIT
 
 
 def _t_bool(v):
@@ -839,7 +890,10 @@ def _t_digits(v):
 
 
 def _t_str_list(v):
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    return isinstance(v, list) and all(_t_str(x) for x in v)
+
+
+_CONTROL = re.compile(u'[\x00-\x1f\x7f-\x9f]')   # a recorded name reaches the topology text and the terminal
 
 
 _CARD_SHAPE = (
@@ -868,24 +922,28 @@ _HOP_SHAPE = (('bdf', _t_str, 'a PCI address string'), ('role', _t_str, 'a strin
 _BLOCKING_SHAPE = (('bdf', _t_str, 'a PCI address string'), ('reason', _t_str, 'a string'))
 
 
+def _quote(value):
+    return printable(repr(value), limit=80)
+
+
 def _check_shape(path, where, d, shape):
     for key, ok, what in shape:
         value = d.get(key)
         if value is not None and not ok(value):
-            raise GpuFactsError('facts_file %s: %s.%s must be %s, found %r; save the gpu_facts result again (or fix '
-                                'that key)' % (path, where, key, what, value))
+            raise GpuFactsError('facts_file %s: %s.%s must be %s, found %s; save the gpu_facts result again (or fix '
+                                'that key)' % (path, where, key, what, _quote(value)))
 
 
 def _check_list_of_dicts(path, where, value, shape):
     if value is None:
         return
     if not isinstance(value, list):
-        raise GpuFactsError('facts_file %s: %s must be a list, found %r; save the gpu_facts result again'
-                            % (path, where, value))
+        raise GpuFactsError('facts_file %s: %s must be a list, found %s; save the gpu_facts result again'
+                            % (path, where, _quote(value)))
     for j, item in enumerate(value):
         if not isinstance(item, dict):
-            raise GpuFactsError('facts_file %s: %s[%d] must be an object, found %r; save the gpu_facts result again'
-                                % (path, where, j, item))
+            raise GpuFactsError('facts_file %s: %s[%d] must be an object, found %s; save the gpu_facts result again'
+                                % (path, where, j, _quote(item)))
         _check_shape(path, '%s[%d]' % (where, j), item, shape)
 
 
@@ -896,8 +954,8 @@ def _check_card(path, i, card):
     _check_list_of_dicts(path, where + '.atomics', card.get('atomics'), _HOP_SHAPE)
     for j, hop in enumerate(card.get('atomics') or []):
         if not isinstance(hop.get('bdf'), str):
-            raise GpuFactsError('facts_file %s: %s.atomics[%d].bdf must be a PCI address string, found %r'
-                                % (path, where, j, hop.get('bdf')))
+            raise GpuFactsError('facts_file %s: %s.atomics[%d].bdf must be a PCI address string, found %s'
+                                % (path, where, j, _quote(hop.get('bdf'))))
     _check_list_of_dicts(path, where + '.atomics_blocking', card.get('atomics_blocking'), _BLOCKING_SHAPE)
 
 
@@ -906,20 +964,18 @@ def load_facts(path, include_integrated=False):
     and the topology text are derived again from the recorded cards."""
     try:
         with open_regular(path, _FactsFileError, 'saved gpu_facts result', max_bytes=FACTS_FILE_MAX_BYTES) as handle:
-            data = json.loads(decode_text(handle.read(FACTS_FILE_MAX_BYTES + 1), path, 'saved gpu_facts result'))
+            text = decode_text(handle.read(FACTS_FILE_MAX_BYTES + 1), path, 'saved gpu_facts result')
     except _FactsFileError as exc:
         raise GpuFactsError('facts_file %s: %s' % (path, exc.args[1]))
     except FileRefused as exc:
         raise GpuFactsError('facts_file %s' % exc)
     except (IOError, OSError) as exc:
         raise GpuFactsError('facts_file %s: cannot read (%s)' % (path, exc))
-    except (ValueError, RecursionError) as exc:
-        raise GpuFactsError('facts_file %s: not valid JSON (%s); save a gpu_facts result with '
-                            'to_nice_json' % (path, exc))
-    bad = non_finite_path(data)
-    if bad:
-        raise GpuFactsError('facts_file %s: %s is not a finite number (NaN and infinities are refused); save the '
-                            'gpu_facts result again' % (path, bad))
+    try:
+        # bounded: depth, size, finite numbers, int64 integers (5000 digits and NaN end here, by name)
+        data = load_json(text, 'facts_file %s' % path)
+    except ShapeError as exc:
+        raise GpuFactsError('%s; save a gpu_facts result with to_nice_json' % exc)
     if not isinstance(data, dict) or not isinstance(data.get('gpus'), list):
         raise GpuFactsError('facts_file %s: expected a JSON object with a "gpus" list (a saved gpu_facts '
                             'result)' % path)
@@ -930,20 +986,20 @@ def load_facts(path, include_integrated=False):
         card = dict(card)
         for key, kind in _REQUIRED:
             if not isinstance(card.get(key), kind) or isinstance(card.get(key), bool):
-                raise GpuFactsError('facts_file %s: gpus[%d] needs %s (%s), found %r' % (
-                    path, i, key, kind.__name__, card.get(key)))
+                raise GpuFactsError('facts_file %s: gpus[%d] needs %s (%s), found %s' % (
+                    path, i, key, kind.__name__, _quote(card.get(key))))
         if card['vendor'] not in ('amd', 'nvidia'):
-            raise GpuFactsError('facts_file %s: gpus[%d].vendor must be amd or nvidia, found %r' % (
-                path, i, card['vendor']))
+            raise GpuFactsError('facts_file %s: gpus[%d].vendor must be amd or nvidia, found %s' % (
+                path, i, _quote(card['vendor'])))
         for key, kind, default in _DEFAULTS:
             value = card.setdefault(key, default)
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise GpuFactsError('facts_file %s: gpus[%d].%s must be %s, found %r' % (
-                    path, i, key, kind.__name__, value))
+                raise GpuFactsError('facts_file %s: gpus[%d].%s must be %s, found %s' % (
+                    path, i, key, kind.__name__, _quote(value)))
         for key in ('vram_total_bytes', 'vram_used_bytes', 'vram_reserved_bytes'):
-            if card[key] < 0:
-                raise GpuFactsError('facts_file %s: gpus[%d].%s is %d: a byte count is never negative' % (
-                    path, i, key, card[key]))
+            if not 0 <= card[key] <= VRAM_MAX_BYTES:
+                raise GpuFactsError('facts_file %s: gpus[%d].%s is %d: VRAM bytes are from 0 to %d (2**50); save '
+                                    'the gpu_facts result again' % (path, i, key, card[key], VRAM_MAX_BYTES))
         _check_card(path, i, card)
         card.setdefault('runtime_index', i)
         card.setdefault('backend', 'hip' if card['vendor'] == 'amd' else 'cuda')
@@ -956,9 +1012,10 @@ def load_facts(path, include_integrated=False):
         cards.append(card)
     recorded = data.get('facts_warnings') or []
     if not _t_str_list(recorded):
-        raise GpuFactsError('facts_file %s: facts_warnings must be a list of strings, found %r' % (path, recorded))
+        raise GpuFactsError('facts_file %s: facts_warnings must be a list of strings, found %s'
+                            % (path, _quote(recorded)))
     if not isinstance(data.get('sources') or {}, dict):
-        raise GpuFactsError('facts_file %s: sources must be an object, found %r' % (path, data.get('sources')))
+        raise GpuFactsError('facts_file %s: sources must be an object, found %s' % (path, _quote(data.get('sources'))))
     warnings = ['recorded: %s' % w for w in recorded]
     sources = dict(data.get('sources') or {})
     sources['facts_file'] = path

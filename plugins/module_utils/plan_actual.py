@@ -33,12 +33,15 @@ import re
 import stat
 import time
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import INTEGRATED_GFX, gfx_target
+from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import (
+    GPU_INDEX_MAX, INTEGRATED_GFX, VRAM_MAX_BYTES, VRAM_MAX_MIB, GpuFactsError, gfx_target, parse_kfd_properties)
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
-    FileRefused, check_name, open_dir, read_text)
+    FileRefused, check_name, decode_text, open_dir, open_read_fd, read_fd, read_text)
 from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import sha256_file
-from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits, is_finite_number, non_finite_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import digits
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import (
+    Int, Json, List, Obj, Optional, ShapeError, Str, int_text, load_json, printable, quote)
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -68,6 +71,18 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 SHAPE_KEYS = ("CTX_SIZE", "PARALLEL", "BATCH_SIZE", "UBATCH_SIZE", "CACHE_TYPE_K", "CACHE_TYPE_V", "FLASH_ATTN",
               "DEVICES", "SPLIT_MODE", "TENSOR_SPLIT", "NGL", "SPEC_TYPE", "SPEC_DRAFT_N_MAX", "SPEC_DRAFT_DEVICE",
               "VISION", "ALIAS", "MODEL_PATH", "DRAFT_MODEL_PATH", "MMPROJ_PATH")
+
+
+# What no real process or card comes near: a figure outside is refused by name, never recorded.
+PID_MAX = 2 ** 22                   # the kernel's pid_max ceiling
+RSS_MAX_BYTES = 2 ** 50
+GPU_ID_MAX = 2 ** 32 - 1            # a KFD gpu_id is a u32
+_UUID = Str(max_len=128, name=True)
+_PLAN_BYTES = Int(-2 ** 62, 2 ** 62)       # a fit_plan byte count (an error term may be negative)
+_PID = Int(1, PID_MAX, text=True)
+# gpu_facts' gpus as this module reads them: a name and a PCI address (every other key is dropped here).
+_GPUS = List(Obj({"name": Str(max_len=64, name=True), "pci_address": Optional(Str(max_len=64, name=True))},
+                 required=("name",)), max_len=1024)
 
 
 class PlanActualError(Exception):
@@ -101,14 +116,16 @@ def _read(root, path):
         raise PlanActualError("%s: the tree under %s is not what the kernel shows there" % (exc, root))
 
 
-def _read_int(root, path):
+def _read_int(root, path, hi=VRAM_MAX_BYTES):
+    """A kernel integer in [0, hi] (VRAM bytes unless told), None when the file is gone; a word, 5000 digits,
+    a negative or an impossible figure is refused naming the file, never recorded."""
     text = _read(root, path)
     if text is None:
         return None
     try:
-        return int(text.strip())
-    except ValueError:
-        return None
+        return int_text(text, _p(root, path), 0, hi)
+    except ShapeError as exc:
+        raise PlanActualError("%s: the tree under %s is not what the kernel shows there" % (exc, root))
 
 
 def process_memory(root, pid):
@@ -118,14 +135,19 @@ def process_memory(root, pid):
         return None
     out = {"name": None}
     keys = {"VmRSS": "rss_bytes", "RssAnon": "rss_anon_bytes", "RssFile": "rss_file_bytes", "RssShmem": "rss_shmem_bytes"}
+    source = _p(root, "/proc/%d/status" % int(pid))
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key == "Name":
-            out["name"] = value.strip()
+            out["name"] = printable(value.strip(), limit=64)
         elif key in keys:
             parts = value.split()
-            if parts and digits(parts[0]):
-                out[keys[key]] = int(parts[0]) * 1024
+            try:     # "VmRSS:   123456 kB": 0 to 2**50 bytes, in kB
+                if len(parts) != 2 or parts[1] != "kB":
+                    raise ShapeError(source, key, "%s is not '<n> kB'" % quote(value.strip()))
+                out[keys[key]] = int_text(parts[0], "%s %s" % (source, key), 0, RSS_MAX_BYTES // 1024) * 1024
+            except ShapeError as exc:
+                raise PlanActualError("%s: not what the kernel writes there (a recorded tree under %s?)" % (exc, root))
     if "rss_bytes" not in out:
         return None
     return out
@@ -140,17 +162,22 @@ def parse_compute_apps(text, source="nvidia-smi"):
         if not line or line.startswith("No running") or line.lower().startswith("pid"):
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) not in (2, 3) or not digits(fields[0]):
+        if len(fields) not in (2, 3):
             raise PlanActualError("%s line %d: expected 'pid, used_memory' or 'pid, gpu_uuid, used_memory' "
-                                  "(nvidia-smi %s), found %r" % (source, lineno, " ".join(NVIDIA_SMI_APPS_ARGS),
-                                                                 line[:100]))
+                                  "(nvidia-smi %s), found %s" % (source, lineno, " ".join(NVIDIA_SMI_APPS_ARGS),
+                                                                 quote(line)))
+        where = "%s line %d" % (source, lineno)
         used = fields[-1]
-        if used.startswith("[") or not digits(used):
-            used_bytes = None     # [N/A] or [Insufficient Permissions]
-        else:
-            used_bytes = int(used) * MIB
-        rows.append({"pid": int(fields[0]), "gpu_uuid": fields[1] if len(fields) == 3 else None,
-                     "used_bytes": used_bytes})
+        try:
+            pid = _PID.read(fields[0], where, "pid")
+            uuid = _UUID.read(fields[1], where, "gpu_uuid") if len(fields) == 3 else None
+            if used.startswith("[") and used.endswith("]"):
+                used_bytes = None     # [N/A] or [Insufficient Permissions]
+            else:
+                used_bytes = Int(0, VRAM_MAX_MIB, text=True).read(used, where, "used_memory") * MIB
+        except ShapeError as exc:
+            raise PlanActualError("%s (nvidia-smi %s)" % (exc, " ".join(NVIDIA_SMI_APPS_ARGS)))
+        rows.append({"pid": pid, "gpu_uuid": uuid, "used_bytes": used_bytes})
     return rows
 
 
@@ -162,15 +189,23 @@ def parse_gpu_uuids(text, source="nvidia-smi"):
         if not line or line.lower().startswith("index"):
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 3 or not digits(fields[0]):
-            raise PlanActualError("%s line %d: expected 'index, uuid, pci.bus_id' (nvidia-smi %s), found %r"
-                                  % (source, lineno, " ".join(NVIDIA_SMI_GPUS_ARGS), line[:100]))
-        rows.append({"index": int(fields[0]), "uuid": fields[1], "pci_address": _bdf(fields[2])})
+        if len(fields) != 3:
+            raise PlanActualError("%s line %d: expected 'index, uuid, pci.bus_id' (nvidia-smi %s), found %s"
+                                  % (source, lineno, " ".join(NVIDIA_SMI_GPUS_ARGS), quote(line)))
+        where = "%s line %d" % (source, lineno)
+        try:
+            index = Int(0, GPU_INDEX_MAX, text=True).read(fields[0], where, "index")
+            uuid = _UUID.read(fields[1], where, "uuid")
+        except ShapeError as exc:
+            raise PlanActualError("%s (nvidia-smi %s)" % (exc, " ".join(NVIDIA_SMI_GPUS_ARGS)))
+        rows.append({"index": index, "uuid": uuid, "pci_address": _bdf(fields[2])})
     return rows
 
 
 def _bdf(text):
-    m = re.match(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$", (text or "").strip())
+    if not isinstance(text, str):
+        return None
+    m = re.match(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])\Z", text.strip())
     if not m:
         return None
     return "%04x:%s:%s.%s" % (int(m.group(1) or "0", 16) & 0xffff, m.group(2).lower(), m.group(3).lower(), m.group(4))
@@ -181,9 +216,14 @@ def _visible(text):
     out = []
     for part in str(text or "").split(","):
         part = part.strip()
-        if digits(part):
-            out.append(int(part))
+        if _index(part) is not None:
+            out.append(_index(part))
     return out
+
+
+def _index(text):
+    """A device index written in digits (CUDA0's 0), or None: never int() of 5000 digits."""
+    return int(text) if digits(text) and len(text) <= 4 else None
 
 
 def kfd_gpu_nodes(root):
@@ -192,19 +232,19 @@ def kfd_gpu_nodes(root):
     if not os.path.isdir(base):
         return []
     nodes = []
-    for entry in sorted((e for e in os.listdir(base) if digits(e)), key=int):
-        props = {}
-        for line in (_read(root, "%s/%s/properties" % (KFD_NODES, entry)) or "").splitlines():
-            parts = line.split()
-            if len(parts) == 2 and digits(parts[1].lstrip("-")):
-                props[parts[0]] = int(parts[1])
+    for entry in sorted((e for e in os.listdir(base) if _index(e) is not None), key=int):
+        try:    # gpu_facts' reader: every property an integer of its field's width, refused by name otherwise
+            props = parse_kfd_properties(_read(root, "%s/%s/properties" % (KFD_NODES, entry)) or "",
+                                         _p(root, "%s/%s/properties" % (KFD_NODES, entry)))
+        except GpuFactsError as exc:
+            raise PlanActualError(str(exc))
         if not (props.get("simd_count", 0) > 0 or props.get("gfx_target_version", 0) > 0):
             continue
         loc = props.get("location_id")
         bdf = None
         if loc is not None:
             bdf = "%04x:%02x:%02x.%d" % (props.get("domain", 0), loc >> 8, (loc >> 3) & 0x1f, loc & 7)
-        nodes.append({"node": int(entry), "gpu_id": _read_int(root, "%s/%s/gpu_id" % (KFD_NODES, entry)),
+        nodes.append({"node": int(entry), "gpu_id": _read_int(root, "%s/%s/gpu_id" % (KFD_NODES, entry), GPU_ID_MAX),
                       "pci_address": bdf,
                       "integrated": props.get("cpu_cores_count", 0) > 0
                       or gfx_target(props.get("gfx_target_version")) in INTEGRATED_GFX})
@@ -218,10 +258,11 @@ def _i(d, key, where="plan"):
     value = (d or {}).get(key)
     if value is None:
         return 0
-    if not is_finite_number(value) or float(value) != int(value):
-        raise PlanActualError("%s.%s is %r: a fit_plan byte count is a finite integer (NaN, infinities and text are "
-                              "refused); pass the filter's result as is" % (where, key, value))
-    return int(value)
+    try:
+        return _PLAN_BYTES.read(value, where, key)
+    except ShapeError as exc:
+        raise PlanActualError("%s: a fit_plan byte count is a finite integer (NaN, infinities, text and figures no "
+                              "host holds are refused); pass the filter's result as is" % exc)
 
 
 def planned_devices(plan, backend, output_tied=False):
@@ -238,7 +279,7 @@ def planned_devices(plan, backend, output_tied=False):
                               "pass the filter's result as is, or {} for none" % type(plan).__name__)
     out = {}
     for n, d in enumerate(plan["devices"]):
-        if not isinstance(d, dict) or not d.get("name"):
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d.get("name"):
             raise PlanActualError("plan.devices holds an entry without a name (%r): pass the fit_plan result "
                                   "unchanged" % (d,))
         w = "plan.devices[%d]" % n
@@ -300,7 +341,7 @@ def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_d
     cuda_names = [n for n in device_names if n.startswith("CUDA")]
 
     def cuda_uuid(name):
-        idx = int(name[4:]) if digits(name[4:]) else None
+        idx = _index(name[4:])
         g = by_name.get(name)
         if g and g.get("pci_address"):
             for row in uuids:
@@ -346,7 +387,8 @@ def measure(root, backend, pid, device_names, workers=None, gpus=None, visible_d
         else:
             visible_nodes = [n for n in nodes if not n["integrated"]]
         for name in rocm_names:
-            idx = int(name[4:]) if digits(name[4:]) else -1
+            idx = _index(name[4:])
+            idx = -1 if idx is None else idx
             g = by_name.get(name)
             bdf = _bdf(g["pci_address"]) if g and g.get("pci_address") else None
             node = None
@@ -494,21 +536,79 @@ def read_env_file(path):
         raise PlanActualError("%s: pass the live env file of the service" % exc)
 
 
-def model_sha256(model_path, given=""):
-    """(sha256, source): the given one, else gguf_fetch's stamp (<model>.verified.json) when it still matches the
-    file (size, mtime_ns, inode), else a full hash of the file."""
+STAMP_SUFFIX = ".verified.json"     # gguf_fetch's stamp beside the model (module_utils/gguf_fetch.py)
+_STAMP = Obj({"file": Str(max_len=4096), "size": Int(0, 2 ** 62), "mtime_ns": Int(), "inode": Int(0, 2 ** 64 - 1),
+              "ctime_ns": Int(), "sha256": Str(max_len=64, pattern="[0-9a-f]{64}")},
+             required=("size", "mtime_ns", "inode", "sha256"))
+
+
+def _writable_by_others(st, trusted):
+    """Whether someone other than the trusted owners can write the file (its owner, its group, anyone)."""
+    return st.st_uid not in trusted or bool(st.st_mode & 0o022)
+
+
+def stamp_sha256(model_path, st, trusted=None):
+    """(sha256, None) when gguf_fetch's stamp vouches for the model file as a verification root made it, (None,
+    why) when the stamp is absent or stale (hash the file), or raises StampUntrusted when it cannot be believed.
+
+    The stamp sits in a directory the service user owns and can write: a claim there is believed only when the
+    stamp is a regular file owned by root (or by whoever runs this), written by nobody else, with one link, of the
+    stamp's shape, naming this file's size, mtime and inode; and, where another user can write the model's bytes
+    (and set its mtime back), also its ctime, which only the kernel sets.
+    """
+    trusted = (0, os.geteuid()) if trusted is None else trusted
+    path = model_path + STAMP_SUFFIX
+    try:
+        fd = open_read_fd(path, "stamp", 1 << 16, follow=False)
+    except FileRefused as exc:
+        if exc.errno == errno.ENOENT:
+            return None, "no stamp"
+        raise StampUntrusted("%s" % exc)
+    try:
+        sst = os.fstat(fd)
+        if sst.st_uid not in trusted or sst.st_mode & 0o022 or sst.st_nlink != 1:
+            raise StampUntrusted("%s is owned by uid %d, mode %04o, %d link(s): not one a verification as root wrote "
+                                 "(gguf_fetch writes it root-owned, 0644, one link)"
+                                 % (path, sst.st_uid, sst.st_mode & 0o7777, sst.st_nlink))
+        try:
+            stamp = load_json(decode_text(read_fd(fd, path, "stamp", 1 << 16), path, "stamp"), path, _STAMP)
+        except (ShapeError, FileRefused) as exc:
+            raise StampUntrusted(str(exc))
+    finally:
+        os.close(fd)
+    if stamp.get("file", os.path.basename(model_path)) != os.path.basename(model_path):
+        raise StampUntrusted("%s names %s, not %s" % (path, quote(stamp["file"]), os.path.basename(model_path)))
+    if (stamp["size"], stamp["mtime_ns"], stamp["inode"]) != (st.st_size, st.st_mtime_ns, st.st_ino):
+        return None, "stale stamp"
+    if "ctime_ns" in stamp:
+        if stamp["ctime_ns"] != st.st_ctime_ns:
+            return None, "stale stamp"
+    elif _writable_by_others(st, trusted):
+        raise StampUntrusted("%s records no ctime and uid %d can rewrite %s in place (and set its mtime back): "
+                             "re-run gguf_fetch (verify: full) for a stamp that records it"
+                             % (path, st.st_uid, model_path))
+    return stamp["sha256"], None
+
+
+class StampUntrusted(Exception):
+    """A stamp whose claim cannot be believed: the message says why."""
+
+
+def model_sha256(model_path, given="", trusted=None):
+    """(sha256, source): the given one; else gguf_fetch's stamp when a verification root made vouches for this very
+    file ("stamp"); else, with no stamp or a stale one, a full hash of the file ("hashed"). A stamp someone else
+    could have written is never repeated: (None, "unverified: <why>")."""
     if given:
         return given.lower(), "given"
     if not model_path or not os.path.isfile(model_path):
         return None, "no model file"
     st = os.stat(model_path)
     try:
-        stamp = json.loads(read_text(model_path + ".verified.json", "stamp", 1 << 16, follow=False))
-        if (int(stamp.get("size", -1)) == st.st_size and int(stamp.get("mtime_ns", -1)) == st.st_mtime_ns
-                and int(stamp.get("inode", -1)) == st.st_ino and re.match(r"^[0-9a-f]{64}$", str(stamp.get("sha256")))):
-            return str(stamp["sha256"]), "stamp"
-    except (IOError, OSError, ValueError, TypeError, AttributeError, RecursionError):
-        pass
+        sha, _why = stamp_sha256(model_path, st, trusted)
+    except StampUntrusted as exc:
+        return None, "unverified: %s" % printable(str(exc), limit=400)
+    if sha:
+        return sha, "stamp"
     return sha256_file(model_path), "hashed"
 
 
@@ -548,24 +648,18 @@ def load_records(path):
     if not os.path.lexists(path):
         return []
     try:
-        data = json.loads(read_text(path, "plan-vs-actual history", RECORDS_MAX_BYTES, follow=False))
+        text = read_text(path, "plan-vs-actual history", RECORDS_MAX_BYTES, follow=False)
     except FileRefused as exc:
         raise PlanActualError("%s: move it aside (it is the plan-vs-actual history; nothing here deletes it) and the "
                               "next gate starts a new one" % exc)
-    except RecursionError:
-        raise PlanActualError("%s nests too deep to be plan-vs-actual records: move it aside and the next gate starts "
-                              "a new one" % path)
-    except ValueError as exc:
-        raise PlanActualError("%s is not valid JSON (%s): move it aside (it is the plan-vs-actual history; nothing "
-                              "here deletes it) and the next gate starts a new one" % (path, exc))
-    bad = non_finite_path(data)
-    if bad:
-        raise PlanActualError("%s: %s is not a finite number (NaN and infinities are refused): move the file aside "
-                              "(nothing here deletes it) and the next gate starts a new one" % (path, bad))
-    if not isinstance(data, list):
-        raise PlanActualError("%s holds a %s, not a list of records: move it aside and the next gate starts a new "
-                              "one" % (path, type(data).__name__))
-    return data
+    try:    # bounded JSON (depth, size, finite numbers, int64), a list of objects: the history as this writes it
+        return load_json(text, path, _RECORDS)
+    except ShapeError as exc:
+        raise PlanActualError("%s: not plan-vs-actual records; move it aside (it is the plan-vs-actual history; "
+                              "nothing here deletes it) and the next gate starts a new one" % exc)
+
+
+_RECORDS = List(Obj({}, extra=Json()))
 
 
 def _open_dir(directory, what):
@@ -681,17 +775,20 @@ def _nvidia_smi(run_command, which, args):
         return None, 'nvidia-smi not found on PATH'
     rc, out, err = run_command([exe] + args)
     if rc != 0:
-        return None, 'nvidia-smi %s exited %d: %s' % (' '.join(args), rc, (err or out).strip()[:300])
+        return None, 'nvidia-smi %s exited %d: %s' % (' '.join(args), rc, printable((err or out).strip(), limit=300))
     return out, None
 
 
 def service_pid(run_command, service):
     """The MainPID of a running unit; a unit that is not running is refused (nothing to measure)."""
     rc, out, err = run_command(['systemctl', 'show', '--property=MainPID', '--value', service])
-    if rc != 0 or not out.strip().isdigit() or int(out.strip()) == 0:
-        raise PlanActualError('service %s has no MainPID (systemctl show: rc %d, %r %s): the unit is not running; '
-                              'nothing to measure' % (service, rc, out.strip(), err.strip()))
-    return int(out.strip())
+    try:
+        if rc != 0:
+            raise ShapeError('systemctl show', 'MainPID', 'rc %d' % rc)
+        return int_text(out, 'systemctl show %s' % service, 1, PID_MAX)
+    except ShapeError as exc:
+        raise PlanActualError('service %s has no MainPID (%s; %s): the unit is not running; nothing to measure'
+                              % (service, exc, printable(err.strip(), limit=300)))
 
 
 def _output_tied(plan, backend, model_path, warnings):
@@ -759,7 +856,13 @@ def run(p, run_command, which, check_mode=False):
     check_textfile_name(p['textfile_name'])  # a name that climbs out of textfile_dir: refused before anything runs
     backend = p['backend']
     warnings = []
-    pid = service_pid(run_command, p['service']) if p['service'] else p['pid']
+    try:    # inventory values this module indexes into: a pid the kernel could give, gpu_facts' names and addresses
+        pid = service_pid(run_command, p['service']) if p['service'] else _PID.read(p['pid'], 'plan_actual', 'pid')
+        gpus = _GPUS.read(p['gpus'] or [], 'plan_actual', 'gpus')
+        workers = [dict(w, pid=_PID.read(w.get('pid'), 'plan_actual', 'workers[%d].pid' % i))
+                   for i, w in enumerate(p['workers'] or [])]
+    except ShapeError as exc:
+        raise PlanActualError(str(exc))
     textfile_dir = p['textfile_dir']
     if textfile_dir and not os.path.isdir(textfile_dir) and p['textfile_dir_optional']:
         warnings.append('textfile_dir %s is not a directory: no node-exporter textfile written (install '
@@ -773,7 +876,7 @@ def run(p, run_command, which, check_mode=False):
     if not names and env.get('DEVICES'):
         names = [n.strip() for n in env['DEVICES'].split(',') if n.strip()]
     apps_text, gpus_text = _nvidia_texts(p, names, run_command, which, warnings)
-    actual, mwarn = measure(p['sysfs_root'], backend, pid, names, workers=p['workers'], gpus=p['gpus'],
+    actual, mwarn = measure(p['sysfs_root'], backend, pid, names, workers=workers, gpus=gpus,
                             visible_devices=p['visible_devices'], compute_apps_text=apps_text,
                             gpu_uuids_text=gpus_text)
     warnings += mwarn

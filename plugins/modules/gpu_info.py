@@ -313,6 +313,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gg
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import (
     GpuFactsError, LSPCI_ARGS, NVIDIA_SMI_ARGS, ROCM_SMI_ARGS, collect, load_facts)
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
 
 
 def _read_file(module, option):
@@ -321,7 +322,7 @@ def _read_file(module, option):
     try:
         return read_text(path, 'saved %s' % option.replace('_output_file', ' output'))
     except (IOError, OSError) as exc:
-        module.fail_json(msg='%s %s: cannot read (%s)' % (option, path, getattr(exc, 'cause', None) or exc))
+        module.fail_json(msg=printable('%s %s: cannot read (%s)' % (option, path, getattr(exc, 'cause', None) or exc)))
 
 
 def _run_tool(module, name, args, warnings, required_for):
@@ -337,7 +338,8 @@ def _run_tool(module, name, args, warnings, required_for):
         # A stale nvidia-smi on a host whose NVIDIA card left (dankserver after the RTX 3090)
         # fails here; that must not stop facts of the AMD cards.
         detail = (err or out or '').strip().splitlines()
-        warnings.append('%s exited %d (%s); its facts are missing' % (command, rc, detail[0] if detail else 'no output'))
+        warnings.append('%s exited %d (%s); its facts are missing'
+                        % (command, rc, printable(detail[0], limit=300) if detail else 'no output'))
         return None, command
     return out, command
 
@@ -388,10 +390,10 @@ def main():
             nvidia_smi_text=texts['nvidia_smi'][0], nvidia_smi_source=texts['nvidia_smi'][1] or 'nvidia-smi',
             rocm_smi_text=texts['rocm_smi'][0], rocm_smi_source=texts['rocm_smi'][1] or 'rocm-smi',
             include_integrated=params['include_integrated'], warnings=warnings)
-    except GpuFactsError as exc:
-        module.fail_json(msg=str(exc))
+    except (GpuFactsError, ShapeError) as exc:   # a value of the wrong shape from a file or a tool, by name
+        module.fail_json(msg=printable(str(exc)))
     for warning in result['facts_warnings']:
-        module.warn(warning)
+        module.warn(printable(warning))
     module.exit_json(changed=False, **dict(result, **payload))
 
 

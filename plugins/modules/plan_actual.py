@@ -103,7 +103,9 @@ options:
     default: ''
   model_sha256:
     description: The model's sha256 when known; empty = gguf_fetch's stamp (C(<model>.verified.json)) when it still
-      matches the file, else the file is hashed.
+      matches the file and a verification as root wrote it (root-owned, one link, its ctime matching where another
+      user can write the model), else the file is hashed. A stamp someone else could have written is not repeated -
+      the record's C(model_sha256) is then null and C(model_sha256_source) says C(unverified) and why.
     type: str
     default: ''
   record:
@@ -248,6 +250,7 @@ textfile:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
 
 ARGUMENT_SPEC = dict(
     plan=dict(type='dict', default={}),
@@ -279,9 +282,11 @@ def main():
         result, warnings = pa.run(module.params, module.run_command, module.get_bin_path,
                                   check_mode=module.check_mode)
     except pa.PlanActualError as exc:
-        module.fail_json(msg=str(exc), changed=exc.changed)
+        module.fail_json(msg=printable(str(exc), lines=True), changed=exc.changed)
+    except ShapeError as exc:     # a value of the wrong shape that no reader above named: still by name, never a trace
+        module.fail_json(msg=printable(str(exc)), changed=False)
     for warning in warnings:
-        module.warn(warning)
+        module.warn(printable(warning, lines=True))
     module.exit_json(**result)
 
 
