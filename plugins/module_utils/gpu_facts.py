@@ -393,8 +393,8 @@ def parse_nvidia_smi(text, source):
             if _na(value):
                 return None
             try:
-                return Int(0, _NVIDIA_SMI_MAX[idx], text=True).read(value, '%s line %d' % (source, lineno),
-                                                                     NVIDIA_SMI_FIELDS[idx])
+                where = '%s line %d' % (source, lineno)
+                return Int(0, _NVIDIA_SMI_MAX[idx], text=True).read(value, where, NVIDIA_SMI_FIELDS[idx])
             except ShapeError as exc:
                 raise GpuFactsError('%s; record it with nvidia-smi %s' % (exc, ' '.join(NVIDIA_SMI_ARGS)))
         try:
