@@ -25,7 +25,6 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import (
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import VRAM_MAX_BYTES, VRAM_MAX_MIB
 from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import (

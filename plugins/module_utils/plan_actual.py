@@ -35,6 +35,7 @@ import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import (
     GPU_INDEX_MAX, INTEGRATED_GFX, VRAM_MAX_BYTES, VRAM_MAX_MIB, GpuFactsError, gfx_target, parse_kfd_properties)
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import STAMP_SHAPE, STAMP_SUFFIX, stamp_matches
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import LlamaEnvError, read_env_file as _read_env
 from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import (
     FileRefused, check_name, decode_text, open_dir, open_read_fd, read_fd, read_text)
@@ -536,25 +537,14 @@ def read_env_file(path):
         raise PlanActualError("%s: pass the live env file of the service" % exc)
 
 
-STAMP_SUFFIX = ".verified.json"     # gguf_fetch's stamp beside the model (module_utils/gguf_fetch.py)
-_STAMP = Obj({"file": Str(max_len=4096), "size": Int(0, 2 ** 62), "mtime_ns": Int(), "inode": Int(0, 2 ** 64 - 1),
-              "ctime_ns": Int(), "sha256": Str(max_len=64, pattern="[0-9a-f]{64}")},
-             required=("size", "mtime_ns", "inode", "sha256"))
-
-
-def _writable_by_others(st, trusted):
-    """Whether someone other than the trusted owners can write the file (its owner, its group, anyone)."""
-    return st.st_uid not in trusted or bool(st.st_mode & 0o022)
-
-
 def stamp_sha256(model_path, st, trusted=None):
     """(sha256, None) when gguf_fetch's stamp vouches for the model file as a verification root made it, (None,
     why) when the stamp is absent or stale (hash the file), or raises StampUntrusted when it cannot be believed.
 
     The stamp sits in a directory the service user owns and can write: a claim there is believed only when the
-    stamp is a regular file owned by root (or by whoever runs this), written by nobody else, with one link, of the
-    stamp's shape, naming this file's size, mtime and inode; and, where another user can write the model's bytes
-    (and set its mtime back), also its ctime, which only the kernel sets.
+    stamp is a regular file owned by root (or by whoever runs this), written by nobody else, with one link, of
+    gguf_fetch's stamp shape, and vouching for this very file by gguf_fetch's own rule (size, mtime, inode and
+    ctime, which only the kernel sets).
     """
     trusted = (0, os.geteuid()) if trusted is None else trusted
     path = model_path + STAMP_SUFFIX
@@ -571,22 +561,15 @@ def stamp_sha256(model_path, st, trusted=None):
                                  "(gguf_fetch writes it root-owned, 0644, one link)"
                                  % (path, sst.st_uid, sst.st_mode & 0o7777, sst.st_nlink))
         try:
-            stamp = load_json(decode_text(read_fd(fd, path, "stamp", 1 << 16), path, "stamp"), path, _STAMP)
+            stamp = load_json(decode_text(read_fd(fd, path, "stamp", 1 << 16), path, "stamp"), path, STAMP_SHAPE)
         except (ShapeError, FileRefused) as exc:
-            raise StampUntrusted(str(exc))
+            raise StampUntrusted("%s (re-run gguf_fetch for a stamp of this release's shape)" % exc)
     finally:
         os.close(fd)
     if stamp.get("file", os.path.basename(model_path)) != os.path.basename(model_path):
         raise StampUntrusted("%s names %s, not %s" % (path, quote(stamp["file"]), os.path.basename(model_path)))
-    if (stamp["size"], stamp["mtime_ns"], stamp["inode"]) != (st.st_size, st.st_mtime_ns, st.st_ino):
+    if not stamp_matches(stamp, st, st.st_size, stamp["sha256"]):
         return None, "stale stamp"
-    if "ctime_ns" in stamp:
-        if stamp["ctime_ns"] != st.st_ctime_ns:
-            return None, "stale stamp"
-    elif _writable_by_others(st, trusted):
-        raise StampUntrusted("%s records no ctime and uid %d can rewrite %s in place (and set its mtime back): "
-                             "re-run gguf_fetch (verify: full) for a stamp that records it"
-                             % (path, st.st_uid, model_path))
     return stamp["sha256"], None
 
 

@@ -142,9 +142,9 @@ def bind_mount(tmp_path):
 def test_a_bind_mount_point_never_moves(bind_mount, tmp_path):
     src, dst = bind_mount
     assert os.stat(str(dst)).st_dev == os.stat(str(dst.parent)).st_dev   # what os.path.ismount() cannot see
-    for given, needle in ((dst, 'is a mount point'), (dst.parent, 'has a mount point inside')):
+    for path, needle in ((dst, 'is a mount point'), (dst.parent, 'has a mount point inside')):
         with pytest.raises(tf.TrashError, match=needle):
-            tf.retire(str(tmp_path / 'trash'), [str(given)])
+            tf.retire(str(tmp_path / 'trash'), [str(path)])
     assert (src / 'weights.gguf').read_text() == 'the mounted filesystem'
     assert (dst / 'weights.gguf').exists() and (tmp_path / 'tree' / 'plain').exists()
     assert not (tmp_path / 'trash').exists()
