@@ -49,7 +49,9 @@ METRIC_PROMPT_CACHED = 'llamacpp:prompt_tokens_cached_total'
 METRIC_PREDICTED = 'llamacpp:tokens_predicted_total'
 
 # what build() reads of /props: a name, no control character (it reaches the controller's terminal)
-_BUILD = typed_reader.Obj({'build_info': typed_reader.Str(max_len=256, name=True)})
+# What a benchmark reads of /props: the build it ran against and the slots it had.
+BENCH_PROPS = typed_reader.Obj({'build_info': typed_reader.Str(max_len=256, name=True),
+                                'total_slots': typed_reader.Int(0, 2 ** 31 - 1)})
 
 
 class BenchError(Exception):
@@ -154,7 +156,7 @@ class Endpoint(object):
     def build(self):
         """The llama.cpp build the endpoint reports (``/props`` ``build_info``, e.g. ``b11434-unknown``)."""
         try:
-            props = self.get_json('/props', timeout=30, shape=_BUILD)
+            props = self.get_json('/props', timeout=30, shape=BENCH_PROPS)
         except BenchError:
             return None
         return props.get('build_info')

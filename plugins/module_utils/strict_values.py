@@ -16,7 +16,6 @@ Each function takes ``error``, the caller's exception class, called with one mes
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import json
 import math
 
 BOOLEAN_WORDS = "true/false (or yes/no, on/off, y/n, t/f, 1/0)"
@@ -92,12 +91,3 @@ def non_finite_path(value, where=""):
         elif isinstance(v, list):
             stack.extend(("%s[%d]" % (at, i), x) for i, x in reversed(list(enumerate(v))))
     return None
-
-
-def refuse_constant(name):
-    raise ValueError("%s is not a number JSON allows (NaN and infinities are refused)" % name)
-
-
-def loads(text):
-    """json.loads that refuses NaN, Infinity and -Infinity (Python's json accepts them by default)."""
-    return json.loads(text, parse_constant=refuse_constant)

@@ -111,7 +111,7 @@ slots:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import ENDPOINT_ARGUMENT_SPEC, BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import ENDPOINT_ARGUMENT_SPEC, BENCH_PROPS, BenchError, Endpoint
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_turns import run_turns, summarize_turns
 
 
@@ -144,7 +144,7 @@ def main():
     endpoint = Endpoint(params['url'], params['api_key'], timeout=params['timeout'])
     try:
         endpoint.wait_healthy(300)
-        props = endpoint.get_json('/props', timeout=30)
+        props = endpoint.get_json('/props', timeout=30, shape=BENCH_PROPS)
         rows = run_turns(endpoint, dict(params))
     except BenchError as exc:
         module.fail_json(msg=str(exc))

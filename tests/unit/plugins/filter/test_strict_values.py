@@ -9,6 +9,7 @@ from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_T
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.plugins.filter.fit_plan import FilterModule
 from ansible_collections.dankfleet.llm.plugins.module_utils import strict_values as sv
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_batch import parse_bench_output
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, metric_delta
 from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
@@ -86,8 +87,8 @@ def test_strict_values_refuse_non_finite(value):
         sv.finite(value, "x")
     with pytest.raises(ValueError, match="NaN and infinities are refused"):
         sv.finite_float(repr(value), "x")
-    with pytest.raises(ValueError, match="not a number JSON allows"):
-        sv.loads(json.dumps({"a": value}))
+    with pytest.raises(tr.ShapeError, match="not a number JSON allows"):
+        tr.load_json(json.dumps({"a": value}), "x")
 
 
 @pytest.mark.parametrize("value", NON_FINITE + ["12", True, 1.5])
