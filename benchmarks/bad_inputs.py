@@ -58,8 +58,10 @@ PAYLOAD_SIZE = 2 * 1024 * 1024 + 7
 
 
 class Case:
-    def __init__(self, name, module, args, refuse=None, check=None, check_mode=False, extra_vars=None):
+    def __init__(self, name, module, args, refuse=None, check=None, check_mode=False, extra_vars=None,
+                 may_refuse=None):
         self.name = name
+        self.may_refuse = may_refuse  # regex of a named refusal the case accepts beside a checked success
         self.module = module          # "gguf_info", ... or "debug" for a filter expression
         self.args = args
         self.refuse = refuse          # regex the failure message must match
@@ -431,7 +433,8 @@ def classify(case, out, err, seconds, rss, hung):
     if res.get("failed"):
         if traceback:
             return "crash", "traceback: %s" % msg[:160]
-        if case.refuse and re.search(case.refuse, msg):
+        refuse = case.refuse or case.may_refuse
+        if refuse and re.search(refuse, msg):
             problem = case.check(res) if case.check else None   # a refusal that damaged something is wrong
             if problem:
                 return "wrong", "refused, but %s" % problem

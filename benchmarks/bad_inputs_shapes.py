@@ -17,6 +17,11 @@ module against the unchanged answers for the baseline. Outcomes (bad_inputs.clas
 
 Plus the classes the issue names by hand: JSON nested 200,000 deep, ``/props`` with an absurd ``n_ctx``,
 ``/metrics`` lines off the grammar, chunks without ``choices``.
+
+The same generator over the host's files: every position of async_wrapper's results record through
+``dankfleet.llm.job_progress`` (a result or a refusal naming the results file, never "finished" on a lie), and every
+field of a recorded nvidia-smi line through ``dankfleet.llm.gpu_info`` (``nvidia_smi_output_file``): the recorded
+board's facts or a refusal naming the file.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import copy
 import json
 import os
 import random
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -201,6 +207,56 @@ def _figures(result):
     return rows
 
 
+RESULTS = {"started": 1, "finished": 0, "ansible_job_id": "j1.1", "results_file": "/root/.ansible_async/j1.1",
+           "_ansible_suppress_tmpdir_delete": True}
+SMI = "0, NVIDIA H200, 00000000:00:06.0, 143771, 0, 9.0, 5, 16"
+SMI_HOSTILE = ["", "1_0", "9" * 5000, "-5", "nan", "1e400", "\x1b[2J", "0x10", "1.2.3", "\u00b2", "x\ty"]
+
+
+def _host_file_cases(tmp, Case, rng):
+    out = []
+    for path in positions(RESULTS):
+        original = RESULTS
+        for key in path:
+            original = original[key]
+        value = rng.choice([v for v in HOSTILE if _kind(v) != _kind(original)])
+        record = substitute(RESULTS, path, value)
+        name = os.path.join(tmp, "results-%d.json" % len(out))
+        with open(name, "w") as fh:
+            fh.write(json.dumps(record, allow_nan=True))
+
+        def finished_only_by_the_record(result, record=record):
+            finished = isinstance(record, dict) and record.get("finished") in (1, True) and \
+                type(record.get("finished")) in (int, bool)
+            if result.get("finished") and not finished:
+                return "reported finished from %r" % (record.get("finished") if isinstance(record, dict) else record)
+            return None
+
+        out.append(Case("shapes job_progress results %s = %s" % (".".join(map(str, path)) or "(whole)", _short(value)),
+                        "dankfleet.llm.job_progress", {"format": "fetch", "label": "m.gguf", "results_file": name, "wait": 0},
+                        may_refuse=r"results file", check=finished_only_by_the_record))
+    fields = SMI.split(", ")
+    for index in range(len(fields)):
+        for value in rng.sample(SMI_HOSTILE, 3):
+            line = ", ".join(fields[:index] + [value] + fields[index + 1:])
+            name = os.path.join(tmp, "smi-%d.csv" % len(out))
+            with open(name, "w") as fh:
+                fh.write(line + "\n")
+            root = os.path.join(tmp, "smi-root-%d" % len(out), "sys")
+            os.makedirs(root)
+
+            def vram_as_recorded(result):
+                gpus = result.get("gpus") or []
+                if any(g.get("vram_total_bytes") not in (143771 << 20, None) for g in gpus):
+                    return "VRAM %r recorded" % [g.get("vram_total_bytes") for g in gpus]
+                return None
+
+            out.append(Case("shapes gpu_info smi field %d = %s" % (index, _short(value)), "dankfleet.llm.gpu_info",
+                            {"sysfs_root": os.path.dirname(root), "nvidia_smi_output_file": name},
+                            may_refuse=re.escape(name), check=vram_as_recorded))
+    return out
+
+
 def cases(tmp, Case):
     rng = random.Random(SEED)
     baseline_server = serve(Lie())
@@ -238,4 +294,4 @@ def cases(tmp, Case):
 
         out.append(Case("shapes " + name, "dankfleet.llm.endpoint_verify",
                         dict(args, env_file=env_for(server.server_address[1])), check=check))
-    return out
+    return out + _host_file_cases(tmp, Case, rng)
