@@ -56,6 +56,10 @@ def chat_shape(timings=None):
 
 
 CHAT = chat_shape()
+# the gate reads only the generated tokens: it asks no more of the usage than that
+GATE_CHAT = tr.Obj({'choices': tr.List(CHOICE, min_len=1, max_len=16),
+                    'usage': tr.Obj({'completion_tokens': COUNT}, required=('completion_tokens',))},
+                   required=('choices', 'usage'))
 CHAT_TIMED = chat_shape(TIMINGS)
 CHAT_PREFILL = chat_shape(TIMINGS_PREFILL)
 

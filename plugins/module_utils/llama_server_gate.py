@@ -290,7 +290,7 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
     tokens, problem = 0, None
     if code == 200:
         try:
-            tokens = answers.read_answer(body, answers.CHAT, 'POST /v1/chat/completions')['usage']['completion_tokens']
+            tokens = answers.read_answer(body, answers.GATE_CHAT, 'POST /v1/chat/completions')['usage']['completion_tokens']
         except ShapeError as exc:
             problem = str(exc)
     out['completion_tokens'] = tokens
