@@ -33,6 +33,8 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import positions, substitute
+
 SEED = 33
 ALIAS = "m"
 CTX, PARALLEL = 4096, 2
@@ -59,28 +61,6 @@ ANSWERS = {"props": PROPS, "models": MODELS, "chat": CHAT, "chunk": CHUNK, "toke
 HOSTILE = [None, True, "no", "1_0", "\x1b[2J", 1e308, -1, 2 ** 70, [], {}, [1], {"x": 1}, "9" * 5000, 0.5]
 ENV = ("ALIAS={alias}\nMODEL_PATH=/m.gguf\nBIND_ADDR=127.0.0.1\nLISTEN_PORT={port}\nPARALLEL={parallel}\n"
        "CTX_SIZE={ctx}\nSPEC_TYPE=ngram-mod\nVISION=off\n")
-
-
-def positions(value, path=()):
-    out = [path]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out.extend(positions(item, path + (key,)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            out.extend(positions(item, path + (index,)))
-    return out
-
-
-def substitute(value, path, new):
-    if not path:
-        return new
-    out = copy.deepcopy(value)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = new
-    return out
 
 
 def _kind(value):
