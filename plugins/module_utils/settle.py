@@ -163,8 +163,8 @@ BOUNDS = {
     "gguf_fetch_retry_delay": (0, 3600, "seconds"),
     "gguf_fetch_timeout": (0, 86400, "seconds"),
     "runtime_retire_runtimes[].ports[]": (1, 65535, "a TCP port 1-65535"),
-    "llm_bench_batch_sizes[]": (1, 1 << 20, "tokens of a logical batch"),
-    "llm_bench_batch_ubatch_sizes[]": (1, 1 << 20, "tokens of a physical batch"),
+    "llm_bench_batch_sizes[]": (0, 1 << 20, "tokens of a logical batch; a cell llama-bench refuses is recorded as failed"),
+    "llm_bench_batch_ubatch_sizes[]": (0, 1 << 20, "tokens of a physical batch; a cell llama-bench refuses is recorded as failed"),
     "llm_bench_batch_depths[]": (0, 1 << 24, "tokens of context already filled"),
 }
 

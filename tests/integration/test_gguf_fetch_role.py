@@ -55,8 +55,9 @@ def play(tmp_path, manifest, check=False, **over):
 
 
 @pytest.mark.parametrize("manifest,needles", [
-    ([entry(sha256=None)], ["m/m.gguf", "sha256 (missing)", "LFS oid"]),
-    # Type and choice errors are caught first by meta/argument_specs.yml, also before anything runs.
+    # A missing field, type and choice errors are caught first by meta/argument_specs.yml (settle names them the
+    # same way in a play), also before anything runs.
+    ([entry(sha256=None)], ["missing required arguments: sha256 found in gguf_fetch_manifest"]),
     ([entry(size="1.4GB")], ["argument 'size'", "'1.4GB'", "cannot be converted to an int"]),
     ([entry(size=0)], ["size 0", "integer > 0"]),
     ([entry(sha256="sha256:abc")], ["sha256 sha256:abc", "64 hex digits"]),
