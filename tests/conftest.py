@@ -10,6 +10,13 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis draws the same examples on every run (CI included): a property test fails because of the code, never
+# because a run drew a rarer example than the last. DANKFLEET_HYPOTHESIS=explore draws new ones while developing.
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("DANKFLEET_HYPOTHESIS", "repeatable"))
 
 REPO = os.path.realpath(os.path.join(os.path.dirname(__file__), ".."))
 VENV = os.path.join(REPO, ".venv") + os.sep

@@ -155,7 +155,7 @@ def _law(values, name, new):
     for p in out['problems']:
         assert typed_reader.printable(p.message) == p.message, p.message
     for p in named:
-        assert p.message.startswith(name), p.message
+        assert name in p.message, p.message      # the message names the variable the operator edits
     spec, key = _spec_of(name)
     if not named:
         assert conforms(new, spec, key), (name, new)
@@ -175,6 +175,12 @@ def test_any_value_at_any_position_of_the_production_inventory(host, data):
 def test_any_value_of_any_spec_d_name(name, new):
     """Every option of every role, not only those production sets."""
     _law(HOSTS['dankserver'], name, new)
+
+
+def test_an_empty_manifest_is_named():
+    out = _law(HOSTS['dankserver'], 'gguf_fetch_manifest', [])
+    assert any(p.variable == 'gguf_fetch_manifest' and 'no entry with role: target' in p.message
+               for p in out['problems'])
 
 
 @pytest.mark.parametrize('value', hostile.SPECIAL, ids=[typed_reader.quote(v) for v in hostile.SPECIAL])
