@@ -51,6 +51,9 @@ ROLE_OWNED_FLAGS = ('GGML_HIP', 'GGML_CUDA', 'GGML_RPC', 'GPU_TARGETS', 'AMDGPU_
                     'CMAKE_HIP_ARCHITECTURES', 'CMAKE_CUDA_ARCHITECTURES')
 
 RUNPATH = '$ORIGIN/../lib'
+# What a release is made of (the stamp and the build log aside): what verify reads, what adopt copies or links.
+RELEASE_PARTS = ('bin', 'lib')
+ADOPT_MODES = ('copy', 'link')
 
 # The libraries a release may take from the host: glibc's members, the GCC
 # runtime, the dynamic loader and the vDSO. Everything else is bundled.
@@ -369,11 +372,7 @@ def plan(params, stat_release=None):
         raise ReleaseError(
             "%s exists but its BUILD_STAMP.json does not match these inputs (missing, edited, or a half "
             "install by hand); move it away (the role never overwrites a release) and run again" % release_dir)
-    current_target = os.readlink(current) if os.path.islink(current) else None
-    if os.path.exists(current) and not os.path.islink(current):
-        raise ReleaseError("%s exists and is not a symlink; the launcher follows it as a link to a "
-                           "release. Move it away and run again" % current)
-    link_target = os.path.join('releases', name)
+    current_target, link_target = current_link(current, name)
     ref_label = source.get('ref') if source['type'] == 'git' else src_id
     if up_to_date:
         message = "up to date: %s for %s is %s" % (ref_label, backend, release_dir)
@@ -431,6 +430,14 @@ def plan(params, stat_release=None):
         'ccache': launcher,
         'build_number': build_number,
     }
+
+
+def current_link(current, name):
+    """(what <prefix>/current points at now or None, what it must point at for release `name`)."""
+    if os.path.exists(current) and not os.path.islink(current):
+        raise ReleaseError("%s exists and is not a symlink; the launcher follows it as a link to a "
+                           "release. Move it away and run again" % current)
+    return (os.readlink(current) if os.path.islink(current) else None), os.path.join('releases', name)
 
 
 def which(name, path):
@@ -751,6 +758,12 @@ def inside(path, root):
     return real == base or real.startswith(base + os.sep)
 
 
+def inside_release(path, release_dir):
+    """Inside the release dir, or inside what its bin/ or lib/ links to (a release adopted by link)."""
+    return any(inside(path, root) for root in [release_dir] + [
+        os.path.join(release_dir, part) for part in RELEASE_PARTS if os.path.islink(os.path.join(release_dir, part))])
+
+
 def allowed_system(name, backend, system_libs=None):
     allowed = tuple(system_libs or SYSTEM_LIBS) + BACKEND_SYSTEM_LIBS.get(backend, ())
     return os.path.basename(name) in allowed
@@ -1029,12 +1042,16 @@ def verify_elves(release_dir, backend, system_libs=None):
                                     "(the role's bundling step does; rebuild the release)"
                                     % (elf, name, os.path.join(release_dir, 'lib')))
                 continue
-            if inside(path, release_dir) or allowed_system(name, backend, system_libs):
+            if inside_release(path, release_dir) or allowed_system(name, backend, system_libs):
                 continue
             problems.append("%s resolves %s from %s, outside the release: copy it into %s so the release "
                             "does not depend on the host (the role's bundling step does; rebuild)"
                             % (elf, name, path, os.path.join(release_dir, 'lib')))
     return problems
+
+
+# What llama-server --version prints: the build number and the commit it was built from.
+VERSION_LINE = re.compile(r'version: \S+ \(build (\d+), commit (\S+)\)')
 
 
 def run_binary(path, args, env, timeout=60):
@@ -1049,7 +1066,7 @@ def run_binary(path, args, env, timeout=60):
 def verify_version(release_dir, expected_build, expected_commit=None, env=None):
     server = os.path.join(release_dir, 'bin', 'llama-server')
     rc, out = run_binary(server, ['--version'], clean_env(env))
-    match = re.search(r'version: \S+ \(build (\d+), commit (\S+)\)', out)
+    match = VERSION_LINE.search(out)
     if rc != 0 or not match:
         return ["%s --version failed (rc=%d): %s. Fix: run it by hand to see which library is missing, "
                 "then rebuild the release" % (server, rc, out.strip()[-500:])], None
@@ -1102,3 +1119,132 @@ def verify(release_dir, backend, expected_build=None, expected_commit=None, devi
             more, devices = verify_devices(release_dir, backend, expected_devices, runtime_env)
             problems += more
     return {'problems': problems, 'version': version, 'devices': devices}
+
+
+# --------------------------------------------------------------------------
+# adoption: a tree built elsewhere (by hand, by the runbook's script) proved by verify() and registered
+# --------------------------------------------------------------------------
+
+def rebuild_needs(backend):
+    """What the role needs to build the release itself instead of adopting one."""
+    needs = "set llama_cpp_build_adopt_from: '' and give the build its inputs: the pinned ref (llama_cpp_build_git_ref)"
+    if backend == 'hip':
+        needs += (" and the private ROCm toolchain (llama_cpp_build_toolchain_src and llama_cpp_build_toolchain_sha256); "
+                  "the role then builds, bundles and verifies its own release (the runbook: ~25 min on its host)")
+    else:
+        needs += "; the role then builds, bundles and verifies its own release"
+    return needs
+
+
+def tree_fingerprint(root):
+    """sha256 (16 hex digits) over the path, type, size and mtime of everything under root's bin/ and lib/,
+    with the file count and bytes: a tree rebuilt or edited in place is another tree, one left alone is the
+    same one (idempotent adoption), without reading gigabytes of device code."""
+    digest = hashlib.sha256()
+    files = size = 0
+    for part in RELEASE_PARTS:
+        base = os.path.join(root, part)
+        if not os.path.isdir(base):
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                rel = os.path.relpath(path, root)
+                if os.path.islink(path):
+                    entry = 'l %s %s' % (rel, os.readlink(path))
+                else:
+                    entry = 'f %s %d %d %o' % (rel, st.st_size, st.st_mtime_ns, st.st_mode & 0o7777)
+                    files += 1
+                    size += st.st_size
+                digest.update((entry + '\n').encode('utf-8', 'surrogateescape'))
+    return {'sha256': digest.hexdigest()[:16], 'files': files, 'bytes': size}
+
+
+def adopt_plan(source, prefix, mode, verify_args, now=None):
+    """Prove the built tree at `source` with verify() (exactly what a build's own release must pass) and decide
+    where it goes: <prefix>/releases/<commit or b<build>>-<backend>-adopted-<hash>. Changes nothing.
+
+    A tree that fails a proof is refused by name (ReleaseError) with what a rebuild would need."""
+    backend = verify_args['backend']
+    if mode not in ADOPT_MODES:
+        raise ReleaseError("llama_cpp_build_adopt_mode '%s' is not one of %s" % (mode, ', '.join(ADOPT_MODES)))
+    source = os.path.abspath(str(source or ''))
+    if not os.path.isdir(source):
+        raise ReleaseError("llama_cpp_build_adopt_from %s is not a directory on the host: give the built tree that "
+                           "holds bin/llama-server and lib/ (the runbook's hand-built fb27a525). Nothing was changed"
+                           % source)
+    releases = os.path.join(prefix, 'releases')
+    if inside(source, releases) or inside(releases, source):
+        raise ReleaseError("llama_cpp_build_adopt_from %s is (or holds) a release under %s already: adopt a tree "
+                           "from outside the prefix. Nothing was changed" % (source, releases))
+    checked = verify(source, **verify_args)
+    if checked['problems']:
+        raise ReleaseError("%s cannot be adopted, nothing was changed:\n- %s\nTo rebuild it instead, %s."
+                           % (source, '\n- '.join(checked['problems']), rebuild_needs(backend)))
+    match = VERSION_LINE.search(checked['version'] or '')
+    build_number, commit = int(match.group(1)), match.group(2)
+    tree = tree_fingerprint(source)
+    inputs = {'adopted': {'from': os.path.realpath(source), 'mode': mode, 'backend': backend, 'tree': tree}}
+    src_id = commit.lower() if HEX_REF.match(commit.lower()) else 'b%d' % build_number
+    name = release_name(src_id, backend, 'adopted-' + flags_hash(inputs))
+    release_dir = os.path.join(releases, name)
+    existing = read_stamp(os.path.join(release_dir, 'BUILD_STAMP.json'))
+    up_to_date = bool(existing) and existing.get('inputs') == inputs and \
+        os.path.isfile(os.path.join(release_dir, 'bin', 'llama-server'))
+    if os.path.lexists(release_dir) and not up_to_date:
+        raise ReleaseError("%s exists but its BUILD_STAMP.json does not say it adopted %s as it is now; move it away "
+                           "(the role never overwrites a release) and run again" % (release_dir, source))
+    current = os.path.join(prefix, 'current')
+    current_target, link_target = current_link(current, name)
+    if up_to_date:
+        message = "up to date: %s adopted (%s) as %s" % (source, mode, release_dir)
+    else:
+        message = "would adopt %s (%s, %s) by %s as %s" % (
+            source, checked['version'].splitlines()[0], '%d files, %d bytes' % (tree['files'], tree['bytes']),
+            'copying' if mode == 'copy' else 'linking', release_dir)
+    if current_target != link_target:
+        message += " (current would move from %s)" % (current_target or 'nothing')
+    outputs = {'build_number': build_number, 'commit': src_id if src_id != 'b%d' % build_number else '',
+               'adopted': {'from': os.path.realpath(source), 'mode': mode, 'at': int(now or time.time())},
+               'proofs': {'version': checked['version'], 'runpath': RUNPATH, 'devices': checked['devices'],
+                          'verified': ['--version', 'RUNPATH', 'ldd inside the tree', 'device libraries'
+                                       if backend == 'hip' else 'no device libraries (%s)' % backend]}}
+    return {'name': name, 'source': source, 'mode': mode, 'release_dir': release_dir,
+            'staging_dir': os.path.join(prefix, '.staging', name), 'current': current,
+            'current_target': current_target, 'link_target': link_target, 'current_ok': current_target == link_target,
+            'up_to_date': up_to_date, 'message': message, 'inputs': inputs, 'outputs': outputs, 'verify': checked}
+
+
+def adopt(adoption, verify_args):
+    """Register a proved tree as a release: its bin/ and lib/ copied (symlinks kept as symlinks) or linked into a
+    staging dir, the stamp written, the staging dir verified like any release and renamed into place. The tree
+    itself is only read; a failure leaves no release dir. Returns the verification of the new release."""
+    staging, source = adoption['staging_dir'], adoption['source']
+    try:
+        if os.path.lexists(staging):
+            shutil.rmtree(staging)
+        os.makedirs(staging)
+        for part in RELEASE_PARTS:
+            src = os.path.join(source, part)
+            if not os.path.isdir(src):
+                continue
+            if adoption['mode'] == 'link':
+                os.symlink(os.path.realpath(src), os.path.join(staging, part))
+            else:
+                shutil.copytree(src, os.path.join(staging, part), symlinks=True)
+        write_stamp(staging, adoption['inputs'], adoption['outputs'])
+        checked = verify(staging, **verify_args)
+        if checked['problems']:
+            raise ReleaseError("the adopted %s failed verification, nothing was installed:\n- %s"
+                               % (adoption['release_dir'], '\n- '.join(checked['problems'])))
+        install(staging, adoption['release_dir'])
+    finally:
+        if os.path.lexists(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(staging))
+        except OSError:
+            pass
+    return checked

@@ -26,6 +26,13 @@ description:
     device-code libraries (by contents, into declared destinations) into a staging dir, writes the build stamp,
     verifies the staging dir and renames it into C(<prefix>/releases/). A failed install leaves no release dir.
   - C(verify) checks a release the way a person would by hand; run it every time.
+  - C(adopt) takes a tree built elsewhere (O(adopt_from), e.g. the runbook's hand-built fb27a525 with its private
+    toolchain bundled in C(lib/)), proves it with exactly the checks of C(verify) (C(--version) against the pinned
+    ref and build number, RUNPATH C($ORIGIN/../lib), every library resolving inside the tree, the device libraries
+    at their declared depth) and registers it as C(<prefix>/releases/<commit>-<backend>-adopted-<hash>), with
+    its C(bin/) and C(lib/) copied or linked (O(adopt_mode)), never moved, with a C(BUILD_STAMP.json) that says where
+    it came from and what was proved. A tree that fails a proof is refused by name and nothing changes. It does not
+    move C(<prefix>/current); the role does, as after a build.
 author:
   - dankfleet engineers (@dankfleet)
 extends_documentation_fragment:
@@ -36,7 +43,7 @@ options:
     description: Which step to take.
     type: str
     required: true
-    choices: [plan, toolchain, build, install, verify]
+    choices: [plan, toolchain, build, install, verify, adopt]
   spec:
     description: The build, as the role's variables describe it.
     type: dict
@@ -237,11 +244,24 @@ options:
       - A release that is not up to date is not verified here; verify it after the install as before.
     type: bool
     default: false
+  adopt_from:
+    description:
+      - The built tree to adopt (action C(adopt)), holding C(bin/llama-server) and C(lib/). It is only read.
+    type: path
+  adopt_mode:
+    description:
+      - How action C(adopt) registers the tree. C(copy) copies its C(bin/) and C(lib/) into the release (the release
+        outlives the tree); C(link) makes them links to the tree (no space; the service user must be able to read
+        the tree, and a tree rebuilt in place is another tree, adopted anew).
+    type: str
+    default: copy
+    choices: [copy, link]
 attributes:
   check_mode:
     support: full
     details:
       - O(action=plan) and O(action=verify) run as usual (they change nothing).
+      - O(action=adopt) proves the tree (read only) and reports what it would adopt, and where, in RV(msg).
       - O(action=toolchain), O(action=build) and O(action=install) change nothing and report C(changed=true) with
         what they would do in RV(msg), or C(changed=false) when the plan finds nothing to do.
   diff_mode:
@@ -275,6 +295,13 @@ EXAMPLES = r'''
       targets: [llama-server, llama-bench]
   register: plan
 
+- name: Adopt the runbook's hand-built tree as a release (copied; the tree stays as it is)
+  dankfleet.llm.llama_cpp_release:
+    action: adopt
+    spec: "{{ spec }}"
+    adopt_from: /home/dank/llama.cpp-rdna4
+    adopt_mode: copy
+
 - name: Verify the current release
   dankfleet.llm.llama_cpp_release:
     action: verify
@@ -289,8 +316,8 @@ msg:
   type: str
   sample: 'verified /opt/llama.cpp/releases/b11434-cpu-0123456789ab: version: 11434 (0000000)'
 plan:
-  description: The plan (every action returns it).
-  returned: always
+  description: The plan (every action but C(adopt) returns it).
+  returned: when action is not adopt
   type: dict
   contains:
     name:
@@ -404,9 +431,52 @@ bundle:
   returned: when action is install
   type: dict
   sample: {}
+adopt:
+  description: What action C(adopt) found and did.
+  returned: when action is adopt
+  type: dict
+  contains:
+    name:
+      description: Release name, C(<commit or b<build>>-<backend>-adopted-<hash>).
+      type: str
+      sample: fb27a525-hip-adopted-0123456789ab
+    source:
+      description: The adopted tree (O(adopt_from)).
+      type: str
+    mode:
+      description: C(copy) or C(link).
+      type: str
+    release_dir:
+      description: The release directory.
+      type: str
+    current:
+      description: The C(<prefix>/current) link the launcher follows.
+      type: str
+    current_target:
+      description: What C(current) points at now; null when it is absent.
+      type: str
+    link_target:
+      description: What C(current) must point at for this release (C(releases/<name>), relative).
+      type: str
+    current_ok:
+      description: True when C(current) already points at RV(adopt.link_target).
+      type: bool
+    up_to_date:
+      description: The tree, as it is now, is adopted already; nothing to do.
+      type: bool
+    message:
+      description: C(would adopt ...) or C(up to date ...).
+      type: str
+    inputs:
+      description: The stamp's inputs (the tree's path, mode, backend and fingerprint), hashed into the name.
+      type: dict
+    outputs:
+      description: The stamp's outputs (build number, commit, when and from where it was adopted, the proofs).
+      type: dict
+  sample: {}
 verify:
   description: Verification result; the module fails when C(problems) is not empty.
-  returned: when action is verify or install, or plan with O(verify_up_to_date) and the release up to date
+  returned: when action is verify, install or adopt, or plan with O(verify_up_to_date) and the release up to date
   type: dict
   sample: {problems: [], version: 'version: 0.6.0-dev (build 11434, commit unknown)', devices: []}
 '''
@@ -557,16 +627,20 @@ def do_verify(module, spec, plan, release_dir, result):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type='str', required=True, choices=['plan', 'toolchain', 'build', 'install', 'verify']),
+            action=dict(type='str', required=True, choices=['plan', 'toolchain', 'build', 'install', 'verify', 'adopt']),
             spec=dict(type='dict', required=True, options=SPEC_OPTIONS),
             outputs=dict(type='dict', default={}),
             release_dir=dict(type='path'),
             verify_up_to_date=dict(type='bool', default=False),
+            adopt_from=dict(type='path'),
+            adopt_mode=dict(type='str', default='copy', choices=list(lcr.ADOPT_MODES)),
         ),
         supports_check_mode=True,
     )
     action = module.params['action']
     spec = module.params['spec']
+    if action == 'adopt':
+        do_adopt(module, spec)
     try:
         plan = lcr.plan(spec)
     except lcr.ReleaseError as exc:
@@ -609,6 +683,47 @@ def main():
         module.fail_json(msg=str(exc), **result)
     except Exception as exc:  # pylint: disable=broad-except
         module.fail_json(msg='%s: %s' % (type(exc).__name__, exc), exception=traceback.format_exc(), **result)
+    module.exit_json(**result)
+
+
+def adopt_verify_args(spec):
+    """verify()'s arguments for a tree nobody stamped: the build number and commit the spec pins (a git ref, a
+    non-zero build number), the spec's device libraries for the host's gfx targets, as a build's release gets."""
+    gfx = []
+    if spec['backend'] == 'hip':
+        gfx = lcr.check_gfx_targets(spec['gfx_targets'] or spec['host_gfx_targets'], spec['host_gfx_targets'],
+                                    spec['allow_foreign_targets'])
+    commit = lcr.validate_ref(spec['source']['ref']) if spec['source']['type'] == 'git' else ''
+    return verify_args(spec, {'gfx_targets': gfx, 'build_number': spec['build_number']}, {'commit': commit})
+
+
+def do_adopt(module, spec):
+    """Action adopt: prove the tree, then (not in check mode, not up to date) register it as a release."""
+    if not module.params['adopt_from']:
+        module.fail_json(msg='action adopt needs adopt_from: the built tree (bin/llama-server, lib/) to adopt')
+    try:
+        args = adopt_verify_args(spec)
+        adoption = lcr.adopt_plan(module.params['adopt_from'], spec['prefix'], module.params['adopt_mode'], args)
+    except lcr.ReleaseError as exc:
+        module.fail_json(msg=str(exc))
+    keys = ('name', 'source', 'mode', 'release_dir', 'current', 'current_target', 'link_target', 'current_ok',
+            'up_to_date', 'message', 'inputs', 'outputs')
+    result = dict(changed=False, adopt=dict((k, adoption[k]) for k in keys), verify=adoption['verify'],
+                  msg=adoption['message'])
+    try:
+        if adoption['up_to_date']:
+            result['verify'] = lcr.verify(adoption['release_dir'], **args)
+            if result['verify']['problems']:
+                module.fail_json(msg='release %s failed verification:\n- %s' % (
+                    adoption['release_dir'], '\n- '.join(result['verify']['problems'])), **result)
+        elif not module.check_mode:
+            result['verify'] = lcr.adopt(adoption, args)
+            result['changed'] = True
+            result['msg'] = 'adopted %s (%s) as %s' % (adoption['source'], adoption['mode'], adoption['release_dir'])
+        else:
+            result['changed'] = True
+    except lcr.ReleaseError as exc:
+        module.fail_json(msg=str(exc), **result)
     module.exit_json(**result)
 
 

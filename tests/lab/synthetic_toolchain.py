@@ -140,7 +140,8 @@ STUB_CMAKE = r'''#!/usr/bin/env python3
 # Stand-in for cmake in the hip tests: records every call (argv + the complete
 # environment) to <build>/cmake-calls.jsonl and builds llama-server & co. as tiny
 # programs linked like the real ones (libggml-hip.so -> hipblas/rocblas/amdhip64,
-# RUNPATH $ORIGIN/../lib unless -DSTUB_NO_RUNPATH=ON).
+# RUNPATH $ORIGIN/../lib unless -DSTUB_NO_RUNPATH=ON; --version's commit
+# from -DSTUB_COMMIT, else unknown).
 import json, os, subprocess, sys
 
 argv = sys.argv[1:]
@@ -187,7 +188,7 @@ with open(main, 'w') as f:
 int ggml_hip_devices(void);
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        fprintf(stderr, "version: 0.6.0-dev (build %s, commit unknown)\\nbuilt with synthetic for x86_64-linux-gnu\\n");
+        fprintf(stderr, "version: 0.6.0-dev (build %s, commit %s)\\nbuilt with synthetic for x86_64-linux-gnu\\n");
         return 0;
     }
     if (argc > 1 && strcmp(argv[1], "--list-devices") == 0) {
@@ -198,7 +199,8 @@ int main(int argc, char **argv) {
     }
     return 0;
 }
-""" % (number, ''.join('            printf("  ROCm%d: AMD Radeon AI PRO R9700 %s (32624 MiB, 32000 MiB free)\\n");\n' % (i, g)
+""" % (number, flags.get('STUB_COMMIT', 'unknown'),
+       ''.join('            printf("  ROCm%d: AMD Radeon AI PRO R9700 %s (32624 MiB, 32000 MiB free)\\n");\n' % (i, g)
                         for i, g in enumerate(gpus))))
 for target in targets:
     print('[stub] building %s' % target)
