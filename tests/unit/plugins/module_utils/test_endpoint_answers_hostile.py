@@ -27,14 +27,22 @@ from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as host
 ALIAS = 'frank-lab'
 ENV = {'ALIAS': ALIAS, 'MODEL_PATH': '/nonexistent/m.gguf', 'MMPROJ_PATH': '/nonexistent/p.gguf',
        'BIND_ADDR': '127.0.0.1', 'LISTEN_PORT': '7770', 'PARALLEL': '2', 'CTX_SIZE': '2048',
-       'SPEC_TYPE': 'draft-mtp,ngram-mod', 'VISION': 'on', 'LLAMA_RELEASE': 'b11434-cpu-test'}
+       'SPEC_TYPE': 'draft-mtp,ngram-mod', 'VISION': 'on', 'LLAMA_RELEASE': 'b11434-cpu-test', 'LOG_VERBOSITY': '4',
+       'TEMPERATURE': '0.8', 'TOP_P': '0.95', 'TOP_K': '40', 'MIN_P': '0.05', 'PRESENCE_PENALTY': '0.0'}
+# this start's journal at -lv 4: b11434 logs each implementation's init line at trace (common/speculative.cpp)
+JOURNAL = ("spec common_specu: adding speculative implementation 'ngram-mod'\n"
+           "spec common_specu: adding speculative implementation 'draft-mtp'\n"
+           "srv    load_model: speculative decoding context initialized\n")
 CONTROL = re.compile(u'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
 QUIET = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]     # monkeypatch is set again each example
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=QUIET)
 
 # --- the recorded answers (b11434, tools/server: the lab build's shapes, as the gate test's stand-in serves them)
 
-PROPS = {'default_generation_settings': {'params': {'temperature': 0.8, 'n_predict': -1}, 'n_ctx': 1024},
+# the sampler's values as b11434 serves them: float32, widened
+PARAMS = {'temperature': 0.800000011920929, 'top_p': 0.949999988079071, 'top_k': 40, 'min_p': 0.05000000074505806,
+          'presence_penalty': 0.0, 'n_predict': -1, 'seed': 4294967295}
+PROPS = {'default_generation_settings': {'params': PARAMS, 'n_ctx': 1024},
          'total_slots': 2, 'model_alias': ALIAS, 'model_path': '/nonexistent/m.gguf',
          'modalities': {'vision': True, 'video': False, 'audio': False}, 'endpoint_slots': True,
          'endpoint_metrics': True, 'build_info': 'b11434-unknown', 'is_sleeping': False}
@@ -127,7 +135,18 @@ def _gate(monkeypatch, stand):
 
 def _verify(monkeypatch, stand, env=None, previous=None):
     monkeypatch.setattr(ev, 'Endpoint', lambda *a, **k: stand)
-    return ev.run_verify(ev.features(dict(ENV, **(env or {}))), '', {'request_timeout': 5}, previous)
+    return ev.run_verify(ev.features(dict(ENV, **(env or {}))), '', {'request_timeout': 5}, previous,
+                         run_command=journal_reader(JOURNAL))
+
+
+def journal_reader(journal, invocation='abc123'):
+    """systemctl show InvocationID / journalctl _SYSTEMD_INVOCATION_ID of the unit, as argv -> (rc, out, err)."""
+    def run(argv):
+        if argv[0] == 'systemctl':
+            return 0, invocation + '\n', ''
+        assert argv[-1] == '_SYSTEMD_INVOCATION_ID=' + invocation, argv
+        return 0, journal, ''
+    return run
 
 
 def _statuses(result):
@@ -198,7 +217,16 @@ NEEDS = {   # check -> (the answer kind it reads, what it needs of that answer t
     'window': ('chat', _usage_ok),
     'tools': ('chat', _tool_ok),
     'stream': ('chunk', _chunk_ok),
+    'drafter': ('chat', lambda a: _usage_ok(a) and _count(_get(a, 'timings', 'draft_n'), 1)),
+    'isolation': ('chat', _message_ok),
+    'defaults': ('props', lambda a: all(_near(_get(a, 'default_generation_settings', 'params', k), PARAMS[k])
+                                        for k in ('temperature', 'top_p', 'top_k', 'min_p', 'presence_penalty'))),
 }
+
+
+def _near(value, want):
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and abs(value - want) <= 1e-6)
 
 
 def _hostile_of(kind):
