@@ -31,8 +31,9 @@ skipped with the reason when the live shape (its env file) does not configure th
   without the prompt cache: the three answers are identical (a recurrent state that leaks between requests).
 
 A configured feature that does not work (stream, tools, vision, a slot that never drafts, a refused
-window, a drafter missing from the journal, a default that differs, a slot whose answer changed) is ``fail`` and fatal: the caller rolls back. Figures (prefix-cache reuse, a changed effort map)
-are ``warn``. ``run_verify`` never raises for a failing endpoint, only (VerifyError) for bad input.
+window, a drafter missing from the journal, a default that differs, a slot whose answer changed) is
+``fail`` and fatal: the caller rolls back. Figures (prefix-cache reuse, a changed effort map) are ``warn``.
+``run_verify`` never raises for a failing endpoint, only (VerifyError) for bad input.
 """
 
 from __future__ import (absolute_import, division, print_function)

@@ -185,8 +185,8 @@ def start_journal(run_command, unit):
     rc, inv, err = run_command(argv)
     inv = (inv or '').strip()
     if rc != 0 or not inv:
-        return '', '%s exited %d%s' % (' '.join(argv), rc, (': ' + printable((err or '').strip(), limit=200))
-                                        if rc != 0 else ' with no InvocationID: is %s running?' % unit)
+        why = (': ' + printable((err or '').strip(), limit=200)) if rc != 0 else ' with no InvocationID: is %s running?' % unit
+        return '', '%s exited %d%s' % (' '.join(argv), rc, why)
     argv = ['journalctl', '--no-pager', '-o', 'cat', '_SYSTEMD_INVOCATION_ID=%s' % inv]
     rc, journal, err = run_command(argv)
     if rc != 0:

@@ -53,7 +53,8 @@ description:
     uses it; one of another shape (a missing C(choices[0].message), a count that is not an integer, JSON nested too
     deep) fails that check with the request and the path inside the answer named. Server text in a finding has its
     control characters escaped.
-  - C(stream), C(tools), C(vision), C(slots), C(window), C(drafter), C(defaults) and C(isolation) failing are RV(findings) (RV(passed) false; the role rolls back
+  - C(stream), C(tools), C(vision), C(slots), C(window), C(drafter), C(defaults) and C(isolation) failing are RV(findings)
+    (RV(passed) false; the role rolls back
     like a failed gate). C(prefix_cache) and timing figures only warn (RV(warn_findings), also as module warnings).
     A RV(contract) that differs from O(previous_contract) is a warning naming each change (RV(contract_changes)).
   - A failing endpoint does not fail the module; it fails only on input it cannot verify from, naming the cause.
