@@ -19,11 +19,21 @@ skipped with the reason when the live shape (its env file) does not configure th
   per-slot draft figure (tools/server/server-common.cpp ``server_slot_stats::to_json``);
 - ``prefix_cache``: one prompt, then the same conversation carried on, on one slot; the second
   re-prefills at most a few of the first's tokens (``timings.prompt_n`` against the new tokens);
-- ``window``: a prompt filling ``window_fraction`` of one slot's context is accepted and answered.
+- ``window``: a prompt filling ``window_fraction`` of one slot's context is accepted and answered;
+- ``drafter``: this start's journal (its ``_SYSTEMD_INVOCATION_ID``) carries b11434's ``adding speculative
+  implementation '<type>'`` line for every ``SPEC_TYPE`` entry logged at the unit's ``LOG_VERBOSITY`` (the
+  block-diffusion drafters at info, every other type at trace, -lv 4); with a drafter that runs a model, every
+  slot drafts (``timings.draft_n``) on a prompt whose tokens repeat no n-gram of ngram-mod's ``n_match``, kept
+  short enough that the lookup window always holds prompt text: the drafter drafts, not the n-gram lookup;
+- ``defaults``: ``/props`` ``default_generation_settings.params`` (temperature, top_p, top_k, min_p,
+  presence_penalty) equal what the env file sets;
+- ``isolation``: on each slot a greedy prompt, another long conversation, the greedy prompt again with and
+  without the prompt cache: the three answers are identical (a recurrent state that leaks between requests).
 
 A configured feature that does not work (stream, tools, vision, a slot that never drafts, a refused
-window) is ``fail`` and fatal: the caller rolls back. Figures (prefix-cache reuse, a changed effort map)
-are ``warn``. ``run_verify`` never raises for a failing endpoint, only (VerifyError) for bad input.
+window, a drafter missing from the journal, a default that differs, a slot whose answer changed) is
+``fail`` and fatal: the caller rolls back. Figures (prefix-cache reuse, a changed effort map) are ``warn``.
+``run_verify`` never raises for a failing endpoint, only (VerifyError) for bad input.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -31,6 +41,7 @@ __metaclass__ = type
 
 import base64
 import json
+import random
 import struct
 import threading
 import time
@@ -38,11 +49,14 @@ import zlib
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_answers import (
-    CHAT, CHAT_PREFILL, CHAT_TIMED, CHUNK, DETOKENIZE, PROPS, TOKENIZE, read_answer)
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import GateError, error_text, expectations
+    CHAT, CHAT_PREFILL, CHAT_TIMED, CHUNK, DETOKENIZE, PROPS, PROPS_DEFAULTS, TOKENIZE, read_answer)
+from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import (
+    GateError, error_text, expectations, start_journal)
 
-CHECKS = ('stream', 'tools', 'reasoning_effort', 'vision', 'slots', 'prefix_cache', 'window')
+CHECKS = ('stream', 'tools', 'reasoning_effort', 'vision', 'slots', 'prefix_cache', 'window', 'drafter', 'defaults',
+          'isolation')
 TEXT_MAX = 500            # characters of a server's error message in a finding
 WINDOW_MAX = 1 << 21      # tokens of one slot the window check fills when the env file names no CTX_SIZE
 CHAT_PATH = 'POST /v1/chat/completions'
@@ -57,7 +71,23 @@ DEFAULTS = dict(
                  'fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.'),
     slot_max_tokens=64,
     request_timeout=300,
+    drafter_max_tokens=32,
+    isolation_prompt='Write two sentences about a lighthouse keeper who counts the ships passing in a storm.',
+    isolation_max_tokens=32,
+    isolation_words=600,
 )
+
+# The sampler defaults the defaults check compares: /props params key, the env file's name, the inventory
+# variable that sets it, its type. The reasoning budget is not among them: b11434's /props does not carry it.
+SAMPLER_DEFAULTS = (
+    ('temperature', 'TEMPERATURE', 'llama_server_temperature', float),
+    ('top_p', 'TOP_P', 'llama_server_top_p', float),
+    ('top_k', 'TOP_K', 'llama_server_top_k', int),
+    ('min_p', 'MIN_P', 'llama_server_min_p', float),
+    ('presence_penalty', 'PRESENCE_PENALTY', 'llama_server_presence_penalty', float),
+)
+# /props keeps the sampler's values as float32: a configured 0.7 is served as 0.699999988...
+FLOAT32_TOLERANCE = 1e-6
 
 # One tool, the shape every OpenAI client sends.
 TOOL = {'type': 'function', 'function': {
@@ -122,10 +152,31 @@ def features(env, host='', env_file='the env file'):
     expect.update(
         spec_types=spec,
         ngram=[t for t in spec if t.startswith('ngram')],
+        model_drafters=[t for t in spec if t in rules.CONTEXT_DRAFT_TYPES],
+        ngram_n_match=_env_number(env, 'SPEC_NGRAM_MOD_N_MATCH', int, env_file, rules.NGRAM_MOD_N_MATCH_DEFAULT),
+        log_verbosity=_env_number(env, 'LOG_VERBOSITY', int, env_file, rules.LOG_VERBOSITY_DEFAULT),
+        sampler=dict((name, _env_number(env, name, kind, env_file, None)) for _, name, _, kind in SAMPLER_DEFAULTS
+                     if env.get(name, '') != ''),
+        reasoning_budget=env.get('REASONING_BUDGET', ''),
         jinja='--no-jinja' not in extra.split(),
         mmproj=env.get('MMPROJ_PATH', ''),
     )
     return expect
+
+
+def _env_number(env, name, kind, env_file, default):
+    """An env file value as int or float (``default`` when unset or empty); VerifyError naming it otherwise."""
+    raw = env.get(name, '')
+    if raw == '':
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value != value or value in (float('inf'), float('-inf')):
+        raise VerifyError('%s=%r in %s is not %s: render the env file with the llama_server role'
+                          % (name, raw, env_file, 'an integer' if kind is int else 'a finite number'))
+    return value
 
 
 def validate_options(opts):
@@ -136,7 +187,8 @@ def validate_options(opts):
     frac = opts['window_fraction']
     if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < float(frac) <= 1.0 or frac != frac:
         problems.append('window_fraction=%r: a fraction of one slot\'s context, above 0 and at most 1.0' % (frac,))
-    for name in ('slot_max_tokens', 'request_timeout'):
+    for name in ('slot_max_tokens', 'request_timeout', 'drafter_max_tokens', 'isolation_max_tokens',
+                 'isolation_words'):
         if opts[name] < 1:
             problems.append('%s=%s: must be 1 or more' % (name, opts[name]))
     for name in ('prefix_cache_max_reprefill', 'window_warn_seconds'):
@@ -147,6 +199,8 @@ def validate_options(opts):
         problems.append('reasoning_efforts=%r: distinct non-empty names (low, medium, high, xhigh ...)' % (efforts,))
     if not str(opts['slot_prompt']).strip():
         problems.append('slot_prompt is empty')
+    if not str(opts['isolation_prompt']).strip():
+        problems.append('isolation_prompt is empty')
     return problems
 
 
@@ -204,6 +258,25 @@ def _describe(name, expect, o, base, alias):
     if name == 'prefix_cache':
         return chat + (' twice on slot 0, one prompt then that conversation carried on: the second re-prefills at '
                        'most %d of the first\'s tokens' % o['prefix_cache_max_reprefill'])
+    if name == 'drafter':
+        logged = [t for t in expect['spec_types'] if rules.spec_init_logged(t, expect['log_verbosity'])]
+        text = ("journalctl _SYSTEMD_INVOCATION_ID of the unit's current start: a line %s for %s"
+                % (rules.SPEC_INIT_LINE % '<type>', ', '.join(logged))) if logged else (
+                    'no journal line to read (LOG_VERBOSITY %s logs no init line of %s)'
+                    % (expect['log_verbosity'], expect['spec']))
+        if expect['model_drafters']:
+            text += ('; %d concurrent %s, id_slot 0..%d, a prompt whose tokens (POST %s/tokenize) repeat no %d-gram, '
+                     'at most %d tokens: each slot timings.draft_n > 0 (the %s drafter, not the n-gram lookup)'
+                     % (expect['slots'], chat, expect['slots'] - 1, base, expect['ngram_n_match'],
+                        o['drafter_max_tokens'], ','.join(expect['model_drafters'])))
+        return text
+    if name == 'defaults':
+        return 'GET %s/props: default_generation_settings.params %s equal the env file' % (
+            base, ', '.join('%s=%s' % (k, expect['sampler'][e]) for k, e, _, _ in SAMPLER_DEFAULTS if e in expect['sampler']))
+    if name == 'isolation':
+        return ('on each of slot 0..%d: %s greedy (temperature 0, seed fixed), a %d-word conversation, the greedy '
+                'prompt again, then again with cache_prompt false: the three answers identical'
+                % (expect['slots'] - 1, chat, o['isolation_words']))
     return ('POST %s/tokenize to size the prompt, then %s with a prompt of %s of one slot (%s tokens): accepted and '
             'answered' % (base, chat, o['window_fraction'], expect['slot_ctx'] or 'n_ctx from /props'))
 
@@ -216,6 +289,16 @@ def skip_reason(name, expect, o):
         return 'VISION=off: no mmproj configured (llama_server_vision false)'
     if name == 'tools' and not expect['jinja']:
         return 'EXTRA_ARGS has --no-jinja: the server has no tool-call parser'
+    if name == 'drafter' and not expect['spec_types']:
+        return 'no SPEC_TYPE: no drafter configured (llama_server_spec_type is empty)'
+    if name == 'drafter' and not expect['model_drafters'] and not any(
+            rules.spec_init_logged(t, expect['log_verbosity']) for t in expect['spec_types']):
+        return ('SPEC_TYPE=%s runs no model drafter and b11434 logs its init line at trace only (LOG_VERBOSITY %s; '
+                'llama_server_log_verbosity 4 shows it): the slots check proves it drafts'
+                % (expect['spec'], expect['log_verbosity']))
+    if name == 'defaults' and not expect['sampler']:
+        return 'the env file sets no sampler default (%s): llama.cpp\'s own apply' % ', '.join(
+            e for _, e, _, _ in SAMPLER_DEFAULTS)
     if name == 'reasoning_effort':
         if not expect['jinja']:
             return 'EXTRA_ARGS has --no-jinja: reasoning_effort reaches only a jinja template'
@@ -524,9 +607,258 @@ def check_window(ep, expect, o):
     return 'pass', why, figures
 
 
+# --- drafter: the journal's init lines, and drafts where no n-gram lookup can draft ------------------
+
+def spec_init_lines(journal, spec_types, verbosity):
+    """(found, missing, unlogged): the SPEC_TYPE entries whose init line is in this start's journal, those
+    b11434 logs at ``verbosity`` but the journal lacks, and those it logs only at a higher verbosity."""
+    lines = (journal or '').splitlines()
+    found, missing, unlogged = [], [], []
+    for t in spec_types:
+        if not rules.spec_init_logged(t, verbosity):
+            unlogged.append(t)
+        elif any(rules.SPEC_INIT_LINE % t in line for line in lines):
+            found.append(t)
+        else:
+            missing.append(t)
+    return found, missing, unlogged
+
+
+def novel_prose(words, seed):
+    """``words`` filler words in which no two consecutive words follow each other twice (every word bigram is
+    new), seeded: a text that repeats no n-gram longer than two words' tokens. Up to 552 words (24 x 23 pairs)."""
+    rng = random.Random(seed)
+    used, out = set(), [rng.choice(FILLER_WORDS)]
+    while len(out) < int(words):
+        options = [w for w in FILLER_WORDS if w != out[-1] and (out[-1], w) not in used]
+        if not options:
+            break
+        out.append(rng.choice(options))
+        used.add((out[-2], out[-1]))
+    return ' '.join(out)
+
+
+def repeated_ngram(tokens, n):
+    """The first position at which an n-gram of ``tokens`` repeats an earlier one, or -1."""
+    seen = set()
+    for i in range(len(tokens) - n + 1):
+        key = tuple(tokens[i:i + n])
+        if key in seen:
+            return i
+        seen.add(key)
+    return -1
+
+
+def _seed():
+    """A new seed per run: the prompt's n-grams are new to ngram-mod's table, which lives as long as the server."""
+    return int(time.time() * 1000000) & 0x7fffffff
+
+
+def _overhead(ep, expect, o):
+    """Prompt tokens the chat template adds around one user message: a one-word request's minus the word's."""
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], 'ok', 1), timeout=o['request_timeout'])
+    if code != 200:
+        raise VerifyError('a one-word request answered HTTP %s: %s' % (code, _short(error_text(body))))
+    measured = _chat_answer(body, what='one word')['usage']['prompt_tokens']
+    return max(0, measured - len(_tokens(ep, 'ok', o['request_timeout'])))
+
+
+def drafter_prompts(ep, expect, o):
+    """One prompt per slot whose text (read back through /tokenize) repeats no n-gram of ``n_match`` tokens, and
+    the max_tokens that keeps ngram-mod's lookup window (the last n_match tokens) on that new text: the model
+    drafter drafts there, the lookup cannot. Raises VerifyError when no such prompt can be made."""
+    n = max(2, expect['ngram_n_match'])
+    overhead = _overhead(ep, expect, o) if expect['ngram'] else 0
+    max_tokens = o['drafter_max_tokens']
+    if expect['ngram']:
+        max_tokens = max(2, min(max_tokens, n - overhead - 1))
+    prompts = []
+    for slot in range(expect['slots']):
+        for attempt in range(3):
+            text = novel_prose(200, _seed() + 7919 * slot + attempt)
+            at = repeated_ngram(_tokens(ep, text, o['request_timeout']), n)
+            if at < 0:
+                break
+        else:
+            raise VerifyError('three prompts of new word pairs each repeated a %d-token n-gram (the last at token '
+                              '%d): this tokenizer cannot make a prompt ngram-mod never matches' % (n, at))
+        prompts.append('Continue this list with twenty words of your own, in a new order: ' + text)
+    return prompts, max_tokens, overhead
+
+
+def check_drafter(ep, expect, o):
+    figures = {'journal': None, 'found': [], 'missing': [], 'unlogged': [], 'slots': []}
+    problems, notes = [], []
+    found, missing, unlogged = spec_init_lines('', [], 0)
+    if any(rules.spec_init_logged(t, expect['log_verbosity']) for t in expect['spec_types']):
+        run_command = o.get('run_command')
+        journal, why = start_journal(run_command, o['service']) if run_command else ('', 'no journal reader given')
+        if why:
+            figures['journal'] = why
+            problems.append("this start's journal cannot be read (%s): the drafter's init lines are unproven" % why)
+        else:
+            found, missing, unlogged = spec_init_lines(journal, expect['spec_types'], expect['log_verbosity'])
+            figures['journal'] = '%d line(s)' % len(journal.splitlines())
+            for t in missing:
+                problems.append('SPEC_TYPE names %s but this start\'s journal of %s has no "%s" line: llama-server '
+                                'did not set that implementation up' % (t, o['service'], rules.SPEC_INIT_LINE % t))
+    else:
+        unlogged = list(expect['spec_types'])
+    if unlogged:
+        notes.append('%s log(s) the init line at trace only (LOG_VERBOSITY %s; llama_server_log_verbosity 4 shows it)'
+                     % (', '.join(unlogged), expect['log_verbosity']))
+    figures.update(found=found, missing=missing, unlogged=unlogged)
+    if expect['model_drafters']:
+        try:
+            prompts, max_tokens, overhead = drafter_prompts(ep, expect, o)
+        except VerifyError as exc:
+            problems.append(str(exc))
+            return 'fail', '; '.join(problems), figures
+        figures.update(n_match=expect['ngram_n_match'], max_tokens=max_tokens, template_tokens=overhead)
+        results = [None] * expect['slots']
+
+        def one(i):
+            results[i] = ep.call('/v1/chat/completions', _chat(expect['alias'], prompts[i], max_tokens, id_slot=i),
+                                 timeout=o['request_timeout'])
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(expect['slots'])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, result in enumerate(results):
+            code, body = result if result is not None else (-1, 'no answer')
+            row = {'slot': i, 'status': code, 'completion_tokens': None, 'draft_n': None, 'draft_n_accepted': None}
+            figures['slots'].append(row)
+            if code != 200:
+                problems.append('slot %d answered HTTP %s: %s' % (i, code, _short(error_text(body), 160)))
+                continue
+            try:
+                answer = _chat_answer(body, CHAT_TIMED, 'drafter slot %d' % i)
+            except tr.ShapeError as exc:
+                problems.append('slot %d: %s' % (i, exc))
+                continue
+            timings = answer['timings']
+            row.update(completion_tokens=answer['usage']['completion_tokens'], draft_n=timings.get('draft_n', 0),
+                       draft_n_accepted=timings.get('draft_n_accepted', 0))
+            if row['draft_n'] < 1 and row['completion_tokens'] > 1:
+                problems.append('slot %d drafted 0 tokens in %d generated on a prompt no %d-gram lookup can match: '
+                                'the %s drafter does not draft (on an echo prompt the n-gram lookup drafts alone)'
+                                % (i, row['completion_tokens'], expect['ngram_n_match'],
+                                   ','.join(expect['model_drafters'])))
+            elif row['completion_tokens'] <= 1:
+                problems.append('slot %d answered %d token(s): nothing to draft for' % (i, row['completion_tokens']))
+    if problems:
+        return 'fail', '; '.join(problems + notes), figures
+    parts = []
+    if found:
+        parts.append('init line(s) of %s in this start\'s journal' % ', '.join(found))
+    if expect['model_drafters']:
+        parts.append('%s drafted on every slot where no n-gram lookup can: %s' % (
+            ','.join(expect['model_drafters']), ', '.join('slot %d %d/%d accepted' % (
+                r['slot'], r['draft_n_accepted'], r['draft_n']) for r in figures['slots'])))
+    return 'pass', '; '.join(parts + notes), figures
+
+
+# --- defaults: /props against the env file -----------------------------------------------------------
+
+def same_default(kind, configured, served):
+    if kind is int:
+        return int(configured) == served
+    return abs(float(served) - float(configured)) <= FLOAT32_TOLERANCE * max(1.0, abs(float(configured)))
+
+
+def check_defaults(ep, expect, o):
+    code, body = ep.call('/props', timeout=30)
+    if code != 200:
+        return 'fail', 'GET /props answered HTTP %s: %s' % (code, _short(error_text(body), 200)), {'status': code}
+    params = read_answer(body, PROPS_DEFAULTS, 'GET /props')['default_generation_settings']['params']
+    figures, problems = {}, []
+    for key, name, var, kind in SAMPLER_DEFAULTS:
+        if name not in expect['sampler']:
+            continue
+        configured, served = expect['sampler'][name], params[key]
+        figures[key] = {'configured': configured, 'served': served}
+        if not same_default(kind, configured, served):
+            problems.append('%s: /props serves %s, the env file sets %s=%s (%s)' % (key, served, name, configured, var))
+    notes = []
+    if expect['reasoning_budget'] != '':
+        notes.append('REASONING_BUDGET=%s not compared: b11434\'s /props does not carry it'
+                     % tr.printable(expect['reasoning_budget'], limit=40))
+    if problems:
+        return 'fail', ('the server\'s sampler defaults are not the inventory\'s - %s: a client that sends none gets '
+                        'these' % '; '.join(problems)), figures
+    return 'pass', '; '.join(['%s as set' % ', '.join('%s %s' % (k, v['served']) for k, v in figures.items())]
+                             + notes), figures
+
+
+# --- isolation: a slot answers a greedy prompt the same after another conversation ran on it ----------
+
+def first_difference(a, b):
+    """The first character position at which a and b differ, or -1 when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return -1 if len(a) == len(b) else min(len(a), len(b))
+
+
+def _greedy(ep, expect, o, slot, **extra):
+    body = _chat(expect['alias'], o['isolation_prompt'], o['isolation_max_tokens'], id_slot=slot, seed=42,
+                 **extra)
+    code, text = ep.call('/v1/chat/completions', body, timeout=o['request_timeout'])
+    if code != 200:
+        raise VerifyError('slot %d: the greedy prompt answered HTTP %s: %s' % (slot, code, _short(error_text(text), 160)))
+    msg = _message(_chat_answer(text, what='isolation slot %d' % slot))
+    return (msg.get('reasoning_content') or '') + (msg.get('content') or '')
+
+
+def _token_at(ep, text, char, o):
+    """The index of the token holding character ``char`` of text (its tokens through /tokenize)."""
+    return len(_tokens(ep, text[:char], o['request_timeout'])) if char > 0 else 0
+
+
+def check_isolation(ep, expect, o):
+    figures = {'slots': []}
+    problems = []
+    conversation = [{'role': 'user', 'content': 'Read this list and remember it: ' + filler(o['isolation_words'])},
+                    {'role': 'assistant', 'content': 'I have read the list.'},
+                    {'role': 'user', 'content': 'Which word came first, and which one came most often?'}]
+    for slot in range(expect['slots']):
+        try:
+            first = _greedy(ep, expect, o, slot)
+            body = {'model': expect['alias'], 'messages': conversation, 'max_tokens': 16, 'temperature': 0.8,
+                    'id_slot': slot}
+            code, text = ep.call('/v1/chat/completions', body, timeout=o['request_timeout'])
+            if code != 200:
+                raise VerifyError('slot %d: the other conversation answered HTTP %s: %s'
+                                  % (slot, code, _short(error_text(text), 160)))
+            again = _greedy(ep, expect, o, slot)
+            uncached = _greedy(ep, expect, o, slot, cache_prompt=False)
+        except VerifyError as exc:
+            problems.append(str(exc))
+            figures['slots'].append({'slot': slot, 'identical': None})
+            continue
+        row = {'slot': slot, 'chars': len(first), 'identical': True}
+        for label, answer in (('after another conversation', again), ('without the prompt cache', uncached)):
+            at = first_difference(first, answer)
+            if at >= 0:
+                row['identical'] = False
+                token = _token_at(ep, first, at, o)
+                row.setdefault('differs', []).append({'when': label, 'char': at, 'token': token})
+                problems.append('slot %d answered the same greedy prompt differently %s: first difference at '
+                                'character %d (token %d) - %s vs %s' % (
+                                    slot, label, at, token, tr.quote(first[at:at + 24]), tr.quote(answer[at:at + 24])))
+        figures['slots'].append(row)
+    if problems:
+        return 'fail', '; '.join(problems) + ': state leaks between requests on that slot', figures
+    return 'pass', 'every slot answered the greedy prompt identically after another conversation and without the cache ' \
+        '(%s)' % ', '.join('slot %d %d chars' % (r['slot'], r['chars']) for r in figures['slots']), figures
+
+
 RUNNERS = dict(stream=check_stream, tools=check_tools, reasoning_effort=check_reasoning_effort, vision=check_vision,
-               slots=check_slots, prefix_cache=check_prefix_cache, window=check_window)
-FATAL = ('stream', 'tools', 'vision', 'slots', 'window')
+               slots=check_slots, prefix_cache=check_prefix_cache, window=check_window, drafter=check_drafter,
+               defaults=check_defaults, isolation=check_isolation)
+FATAL = ('stream', 'tools', 'vision', 'slots', 'window', 'drafter', 'defaults', 'isolation')
 
 
 # --- the client contract ------------------------------------------------------------------------
@@ -573,11 +905,13 @@ def contract_changes(previous, current):
 
 # --- the run ------------------------------------------------------------------------------------
 
-def run_verify(expect, api_key, opts=None, previous_contract=None):
+def run_verify(expect, api_key, opts=None, previous_contract=None, run_command=None, service='llama-server.service'):
     """Every check against the live endpoint. Returns ``passed``, ``checks`` (name, status, reason, fatal,
-    figures, seconds), ``findings`` (fatal), ``warnings``, ``contract`` and ``contract_changes``."""
+    figures, seconds), ``findings`` (fatal), ``warnings``, ``contract`` and ``contract_changes``.
+    ``run_command(argv) -> (rc, stdout, stderr)`` reads the journal of ``service`` (the drafter check)."""
     o = dict(DEFAULTS)
     o.update(opts or {})
+    o.update(run_command=run_command, service=service)
     ep = Endpoint(expect['base'], api_key=api_key, timeout=o['request_timeout'])
     checks, findings, warnings = [], [], []
     for name in CHECKS:
@@ -588,7 +922,7 @@ def run_verify(expect, api_key, opts=None, previous_contract=None):
         start = time.time()
         try:
             status, reason, figures = RUNNERS[name](ep, expect, o)
-        except (BenchError, tr.ShapeError) as exc:        # an answer not of its shape, named where it came from
+        except (BenchError, tr.ShapeError, VerifyError) as exc:   # an answer not of its shape, named where it came from
             status, reason, figures = 'fail', str(exc), {}
         fatal = status == 'fail' and name in FATAL
         if status == 'fail' and not fatal:

@@ -32,6 +32,23 @@ NGRAM_TYPES = tuple(t for t in SPEC_TYPES if t not in CONTEXT_DRAFT_TYPES)
 # The one n-gram type with tuning flags (--spec-ngram-mod-n-match/-min/-max).
 NGRAM_MOD_TYPE = "ngram-mod"
 
+# The line each speculative implementation's constructor logs once at load (common/speculative.cpp).
+SPEC_INIT_LINE = "adding speculative implementation '%s'"
+# b11434 logs it at info (LOG_INF, seen at the default -lv 3) for the block-diffusion drafters only; every
+# other type logs it at trace (SPC_TRC -> LOG_TRC), seen from --log-verbosity 4 up.
+SPEC_INIT_INFO_TYPES = BLOCK_DRAFT_TYPES
+LOG_VERBOSITY_DEFAULT = 3
+LOG_VERBOSITY_TRACE = 4
+# --spec-ngram-mod-n-match when none is given (common/common.h).
+NGRAM_MOD_N_MATCH_DEFAULT = 24
+
+
+def spec_init_logged(spec_type, verbosity):
+    """Whether b11434 writes ``spec_type``'s SPEC_INIT_LINE at --log-verbosity ``verbosity``."""
+    level = LOG_VERBOSITY_DEFAULT if spec_type in SPEC_INIT_INFO_TYPES else LOG_VERBOSITY_TRACE
+    return int(verbosity) >= level
+
+
 # --split-mode values (common/arg.cpp); fit_plan sizes "layer" only.
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 # --flash-attn and --reasoning take on|off|auto.

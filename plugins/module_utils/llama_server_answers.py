@@ -78,6 +78,15 @@ PROPS = tr.Obj({
     'model_alias': NAME,
 }, required=('default_generation_settings', 'total_slots', 'modalities'))
 
+# What the defaults check reads of /props: the sampler defaults every client gets when it sends none
+# (default_generation_settings.params, task_params::to_json(true) in tools/server/server-task.cpp); every
+# one b11434 writes is required, so a server that drops one is named, never compared as equal.
+SAMPLER_PARAMS = tr.Obj({'temperature': tr.Num(), 'top_p': tr.Num(), 'top_k': tr.Int(-INT32, INT32),
+                         'min_p': tr.Num(), 'presence_penalty': tr.Num(), 'n_predict': tr.Int(-INT32, INT32)},
+                        required=('temperature', 'top_p', 'top_k', 'min_p', 'presence_penalty'))
+PROPS_DEFAULTS = tr.Obj({'default_generation_settings': tr.Obj({'params': SAMPLER_PARAMS}, required=('params',))},
+                        required=('default_generation_settings',))
+
 MODELS = tr.Obj({'data': tr.List(tr.Obj({'id': NAME}, required=('id',)), max_len=1024)}, required=('data',))
 
 TOKENIZE = tr.Obj({'tokens': tr.List(COUNT, max_len=1 << 22)}, required=('tokens',))

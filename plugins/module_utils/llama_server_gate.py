@@ -177,6 +177,23 @@ def _number(value):
     return int(value) if float(value).is_integer() else value
 
 
+def start_journal(run_command, unit):
+    """(the journal of the unit's current start, '') or ('', why not): the lines of its systemd invocation
+    (``_SYSTEMD_INVOCATION_ID``), so a line from an earlier start never counts. ``run_command(argv) -> (rc,
+    stdout, stderr)``."""
+    argv = ['systemctl', 'show', '--property=InvocationID', '--value', unit]
+    rc, inv, err = run_command(argv)
+    inv = (inv or '').strip()
+    if rc != 0 or not inv:
+        why = (': ' + printable((err or '').strip(), limit=200)) if rc != 0 else ' with no InvocationID: is %s running?' % unit
+        return '', '%s exited %d%s' % (' '.join(argv), rc, why)
+    argv = ['journalctl', '--no-pager', '-o', 'cat', '_SYSTEMD_INVOCATION_ID=%s' % inv]
+    rc, journal, err = run_command(argv)
+    if rc != 0:
+        return '', '%s exited %d: %s' % (' '.join(argv), rc, printable((err or '').strip(), limit=200))
+    return journal or '', ''
+
+
 def planned_checks(expect, unit, timeout):
     """The checks a run makes, in words (check mode reports these)."""
     checks = ['before: %s of %s' % (UNIT_PROPERTIES, unit),
@@ -270,12 +287,7 @@ def _http_steps(ep, expect, unit, timeout, run_command, o, poll, clock, sleep, o
     # step 1b: every RPC worker is a device of this start, with memory
     if expect['rpc']:
         out['checked'].append('1b')
-        rc, inv, _ = run_command(['systemctl', 'show', '--property=InvocationID', '--value', unit])
-        log = ''
-        if rc == 0 and inv.strip():
-            rc, journal, _ = run_command(['journalctl', '--no-pager', '-o', 'cat',
-                                          '_SYSTEMD_INVOCATION_ID=%s' % inv.strip()])
-            log = journal or ''
+        log, _ = start_journal(run_command, unit)
         missing = missing_devices(log, expect['rpc'])
         if missing:
             out['findings'].append(

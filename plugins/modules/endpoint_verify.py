@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: endpoint_verify
-short_description: The runbook's verification battery against a gated llama-server - vision, tools, efforts, stream, slots, window, prefix cache
+short_description: The runbook's verification battery against a gated llama-server - vision, tools, slots, window, drafter, defaults
 version_added: 0.1.0
 description:
   - The verify stage of the C(dankfleet.llm.llama_server) role, run on the target after a passing gate. Like the gate, it
@@ -32,12 +32,29 @@ description:
     always prefilled in full on a hybrid model with C(--ctx-checkpoints 0));
     C(window) - a prompt of O(window_fraction) of one slot's context (sized with C(/tokenize)) accepted and answered,
     its time in the result; the slot's context is C(CTX_SIZE / PARALLEL), which C(/props) must confirm (its C(n_ctx)
-    is read alone only without a C(CTX_SIZE), up to 2097152 tokens), and the filler never outgrows it."
+    is read alone only without a C(CTX_SIZE), up to 2097152 tokens), and the filler never outgrows it;
+    C(drafter) (a C(SPEC_TYPE)) - the journal of the unit's current start (C(_SYSTEMD_INVOCATION_ID), read with
+    C(journalctl) on the target) carries b11434's C(adding speculative implementation '<type>') line for every
+    C(SPEC_TYPE) entry b11434 logs at the env file's C(LOG_VERBOSITY) (C(draft-dflash) and C(draft-dspark) at the
+    default 3, every other type at trace, C(LOG_VERBOSITY=4)); with a drafter that runs a model (C(draft-mtp),
+    C(draft-dflash), C(draft-dspark), C(draft-simple), C(draft-eagle3)) each slot drafts (C(timings.draft_n) > 0)
+    on a prompt of new word pairs whose tokens (C(/tokenize)) repeat no n-gram of C(SPEC_NGRAM_MOD_N_MATCH), with at
+    most O(drafter_max_tokens) generated and, with an n-gram type in the chain, fewer than C(n_match) minus the chat
+    template's tokens, so ngram-mod's lookup window always holds new text and only the model drafter can draft;
+    C(defaults) - C(/props) C(default_generation_settings.params) C(temperature), C(top_p), C(top_k), C(min_p),
+    C(presence_penalty) equal the env file's C(TEMPERATURE), C(TOP_P), C(TOP_K), C(MIN_P), C(PRESENCE_PENALTY)
+    where it sets them (a float32 rounding apart); b11434's C(/props) carries no reasoning budget and only the
+    per-request C(n_predict) default, so C(REASONING_BUDGET) is named as not compared;
+    C(isolation) - on each slot O(isolation_prompt) greedy (temperature 0, seed 42), then a different
+    O(isolation_words)-word conversation on the same slot, then the greedy prompt again and once more with
+    C(cache_prompt) false: the three answers are identical, else the finding names the slot and the first
+    differing character and token."
   - Every answer is read through the shape b11434 gives it (C(module_utils/llama_server_answers.py)) before a check
     uses it; one of another shape (a missing C(choices[0].message), a count that is not an integer, JSON nested too
     deep) fails that check with the request and the path inside the answer named. Server text in a finding has its
     control characters escaped.
-  - C(stream), C(tools), C(vision), C(slots) and C(window) failing are RV(findings) (RV(passed) false; the role rolls back
+  - C(stream), C(tools), C(vision), C(slots), C(window), C(drafter), C(defaults) and C(isolation) failing are RV(findings)
+    (RV(passed) false; the role rolls back
     like a failed gate). C(prefix_cache) and timing figures only warn (RV(warn_findings), also as module warnings).
     A RV(contract) that differs from O(previous_contract) is a warning naming each change (RV(contract_changes)).
   - A failing endpoint does not fail the module; it fails only on input it cannot verify from, naming the cause.
@@ -63,8 +80,8 @@ options:
     description: The checks to run (the others are reported as skipped).
     type: list
     elements: str
-    choices: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window]
-    default: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window]
+    choices: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window, drafter, defaults, isolation]
+    default: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window, drafter, defaults, isolation]
   reasoning_efforts:
     description: The efforts C(reasoning_effort) asks, one request each.
     type: list
@@ -96,6 +113,22 @@ options:
     description: Seconds for each request (the C(window) prefill among them).
     type: int
     default: 300
+  drafter_max_tokens:
+    description: The most tokens each C(drafter) request generates (fewer with an n-gram type in the chain, see C(drafter)).
+    type: int
+    default: 32
+  isolation_prompt:
+    description: The greedy prompt C(isolation) asks each slot three times.
+    type: str
+    default: Write two sentences about a lighthouse keeper who counts the ships passing in a storm.
+  isolation_max_tokens:
+    description: C(max_tokens) of each greedy C(isolation) answer.
+    type: int
+    default: 32
+  isolation_words:
+    description: Words of filler in the conversation C(isolation) runs between the greedy answers.
+    type: int
+    default: 600
   previous_contract:
     description: The last recorded client contract of this endpoint (the role reads it from the controller); V({}) for none.
     type: dict
@@ -235,6 +268,10 @@ ARGUMENT_SPEC = dict(
     slot_prompt=dict(type='str', default=ev.DEFAULTS['slot_prompt']),
     slot_max_tokens=dict(type='int', default=64, no_log=False),
     request_timeout=dict(type='int', default=300),
+    drafter_max_tokens=dict(type='int', default=32, no_log=False),
+    isolation_prompt=dict(type='str', default=ev.DEFAULTS['isolation_prompt']),
+    isolation_max_tokens=dict(type='int', default=32, no_log=False),
+    isolation_words=dict(type='int', default=600),
     previous_contract=dict(type='dict', default={}),
     textfile_dir=dict(type='path', default=''),
     textfile_dir_optional=dict(type='bool', default=False),
@@ -277,7 +314,8 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, **dict(EMPTY, would_send=would, message='check mode: would verify %s - %s'
                                                % (expect['base'], '; '.join(would))))
-    result = ev.run_verify(expect, env.get('LLAMA_API_KEY', ''), opts, previous_contract=p['previous_contract'])
+    result = ev.run_verify(expect, env.get('LLAMA_API_KEY', ''), opts, previous_contract=p['previous_contract'],
+                           run_command=module.run_command, service=p['service'])
     result['warn_findings'] = warnings + result.pop('warnings')    # 'warnings' is Ansible's own result key
     changed, path = False, None
     if textfile_dir:

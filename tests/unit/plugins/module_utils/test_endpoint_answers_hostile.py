@@ -27,14 +27,22 @@ from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as host
 ALIAS = 'frank-lab'
 ENV = {'ALIAS': ALIAS, 'MODEL_PATH': '/nonexistent/m.gguf', 'MMPROJ_PATH': '/nonexistent/p.gguf',
        'BIND_ADDR': '127.0.0.1', 'LISTEN_PORT': '7770', 'PARALLEL': '2', 'CTX_SIZE': '2048',
-       'SPEC_TYPE': 'draft-mtp,ngram-mod', 'VISION': 'on', 'LLAMA_RELEASE': 'b11434-cpu-test'}
+       'SPEC_TYPE': 'draft-mtp,ngram-mod', 'VISION': 'on', 'LLAMA_RELEASE': 'b11434-cpu-test', 'LOG_VERBOSITY': '4',
+       'TEMPERATURE': '0.8', 'TOP_P': '0.95', 'TOP_K': '40', 'MIN_P': '0.05', 'PRESENCE_PENALTY': '0.0'}
+# this start's journal at -lv 4: b11434 logs each implementation's init line at trace (common/speculative.cpp)
+JOURNAL = ("spec common_specu: adding speculative implementation 'ngram-mod'\n"
+           "spec common_specu: adding speculative implementation 'draft-mtp'\n"
+           "srv    load_model: speculative decoding context initialized\n")
 CONTROL = re.compile(u'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
 QUIET = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]     # monkeypatch is set again each example
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=QUIET)
 
 # --- the recorded answers (b11434, tools/server: the lab build's shapes, as the gate test's stand-in serves them)
 
-PROPS = {'default_generation_settings': {'params': {'temperature': 0.8, 'n_predict': -1}, 'n_ctx': 1024},
+# the sampler's values as b11434 serves them: float32, widened
+PARAMS = {'temperature': 0.800000011920929, 'top_p': 0.949999988079071, 'top_k': 40, 'min_p': 0.05000000074505806,
+          'presence_penalty': 0.0, 'n_predict': -1, 'seed': 4294967295}
+PROPS = {'default_generation_settings': {'params': PARAMS, 'n_ctx': 1024},
          'total_slots': 2, 'model_alias': ALIAS, 'model_path': '/nonexistent/m.gguf',
          'modalities': {'vision': True, 'video': False, 'audio': False}, 'endpoint_slots': True,
          'endpoint_metrics': True, 'build_info': 'b11434-unknown', 'is_sleeping': False}
@@ -127,7 +135,18 @@ def _gate(monkeypatch, stand):
 
 def _verify(monkeypatch, stand, env=None, previous=None):
     monkeypatch.setattr(ev, 'Endpoint', lambda *a, **k: stand)
-    return ev.run_verify(ev.features(dict(ENV, **(env or {}))), '', {'request_timeout': 5}, previous)
+    return ev.run_verify(ev.features(dict(ENV, **(env or {}))), '', {'request_timeout': 5}, previous,
+                         run_command=journal_reader(JOURNAL))
+
+
+def journal_reader(journal, invocation='abc123'):
+    """systemctl show InvocationID / journalctl _SYSTEMD_INVOCATION_ID of the unit, as argv -> (rc, out, err)."""
+    def run(argv):
+        if argv[0] == 'systemctl':
+            return 0, invocation + '\n', ''
+        assert argv[-1] == '_SYSTEMD_INVOCATION_ID=' + invocation, argv
+        return 0, journal, ''
+    return run
 
 
 def _statuses(result):
@@ -198,7 +217,16 @@ NEEDS = {   # check -> (the answer kind it reads, what it needs of that answer t
     'window': ('chat', _usage_ok),
     'tools': ('chat', _tool_ok),
     'stream': ('chunk', _chunk_ok),
+    'drafter': ('chat', lambda a: _usage_ok(a) and _count(_get(a, 'timings', 'draft_n'), 1)),
+    'isolation': ('chat', _message_ok),
+    'defaults': ('props', lambda a: all(_near(_get(a, 'default_generation_settings', 'params', k), PARAMS[k])
+                                        for k in ('temperature', 'top_p', 'top_k', 'min_p', 'presence_penalty'))),
 }
+
+
+def _near(value, want):
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and abs(value - want) <= 1e-6)
 
 
 def _hostile_of(kind):
@@ -455,3 +483,159 @@ def test_bench_endpoint_names_a_malformed_answer(monkeypatch):
         stand.post_json('/tokenize', {'content': 'x'})
     with pytest.raises(be.BenchError, match='line 5: .llamacpp:spec_decode_num_drafts_total 1_0. is not a sample'):
         Stand(raw={'metrics': METRICS % '1_0'}).metrics()
+
+
+# --- issue 35: drafter, defaults, isolation --------------------------------------------------------------
+
+class Drafting(Stand):
+    """The stand with a drafter that drafts only where the text repeats (``model_drafts`` False: ngram-mod
+    alone), a greedy answer per slot that changes after another conversation (``leaky_slot``), and every chat
+    payload kept."""
+
+    def __init__(self, model_drafts=True, leaky_slot=None, uncached_differs=False, tokenize=None, **kw):
+        Stand.__init__(self, **kw)
+        self.model_drafts, self.leaky_slot, self.uncached_differs = model_drafts, leaky_slot, uncached_differs
+        self.tokenize, self.sent, self.dirty = tokenize, [], set()
+
+    def _request(self, path, payload=None, timeout=None):
+        if path == '/tokenize' and self.tokenize:
+            return 200, json.dumps({'tokens': self.tokenize(payload['content'])})
+        if path != '/v1/chat/completions' or payload.get('stream'):
+            return Stand._request(self, path, payload, timeout)
+        self.sent.append(payload)
+        code, body = Stand._request(self, path, payload, timeout)
+        answer = json.loads(body)
+        content = payload['messages'][-1]['content']
+        slot = payload.get('id_slot')
+        if isinstance(content, str) and content.startswith('Continue this list') and not self.model_drafts:
+            del answer['timings']['draft_n'], answer['timings']['draft_n_accepted']   # b11434: absent is 0
+        if len(payload['messages']) == 3:
+            self.dirty.add(slot)
+        if content == ev.DEFAULTS['isolation_prompt']:
+            text = 'The keeper counted nine ships.'
+            if slot == self.leaky_slot and slot in self.dirty:
+                text = 'The keeper counted ten ships.'
+            if self.uncached_differs and payload.get('cache_prompt') is False:
+                text = 'The keeper counted nine boats.'
+            answer['choices'][0]['message'] = {'role': 'assistant', 'content': text}
+        return 200, json.dumps(answer)
+
+
+def _run(monkeypatch, stand, env=None, journal=JOURNAL, checks=('drafter', 'defaults', 'isolation'), reader=None):
+    monkeypatch.setattr(ev, 'Endpoint', lambda *a, **k: stand)
+    return ev.run_verify(ev.features(dict(ENV, **(env or {}))), '', {'request_timeout': 5, 'checks': list(checks)},
+                         run_command=reader or journal_reader(journal), service='frank-medium.service')
+
+
+def test_the_drafter_passes_with_its_lines_and_drafts_on_a_prompt_no_ngram_matches(monkeypatch):
+    stand = Drafting()
+    res = _run(monkeypatch, stand)
+    c = _check(res, 'drafter')
+    assert res['passed'] and c['status'] == 'pass', res['message']
+    assert c['figures']['found'] == ['draft-mtp', 'ngram-mod'] and c['figures']['missing'] == []
+    assert [r['draft_n'] for r in c['figures']['slots']] == [12, 12]
+    sent = [p for p in stand.sent if p['messages'][-1]['content'].startswith('Continue this list')]
+    assert sorted(p['id_slot'] for p in sent) == [0, 1]
+    # the lookup window (24 tokens) always holds prompt text: fewer tokens generated than n_match minus the template's
+    overhead = c['figures']['template_tokens']
+    assert all(p['max_tokens'] == 24 - overhead - 1 for p in sent) and overhead > 0, (overhead, sent[0]['max_tokens'])
+    assert sent[0]['messages'][-1]['content'] != sent[1]['messages'][-1]['content']
+
+
+def test_a_model_drafter_that_never_drafts_fails_although_ngram_mod_drafts_on_echo(monkeypatch):
+    res = _run(monkeypatch, Drafting(model_drafts=False), checks=('slots', 'drafter'))
+    assert _check(res, 'slots')['status'] == 'pass'
+    c = _check(res, 'drafter')
+    assert not res['passed'] and c['status'] == 'fail' and c['fatal'], c
+    assert 'slot 0 drafted 0 tokens' in c['reason'] and 'the draft-mtp drafter does not draft' in c['reason']
+    assert res['findings'][0].startswith('verify drafter: ')
+
+
+def test_a_drafter_missing_from_this_starts_journal_is_named(monkeypatch):
+    journal = "spec common_specu: adding speculative implementation 'ngram-mod'\n"
+    c = _check(_run(monkeypatch, Drafting(), journal=journal), 'drafter')
+    assert c['status'] == 'fail' and c['figures']['missing'] == ['draft-mtp'], c
+    assert "no \"adding speculative implementation 'draft-mtp'\" line" in c['reason'] and 'frank-medium.service' in c['reason']
+
+
+def test_at_the_default_verbosity_only_a_block_drafter_line_is_required(monkeypatch):
+    env = {'LOG_VERBOSITY': '', 'SPEC_TYPE': 'draft-dflash,ngram-mod'}
+    c = _check(_run(monkeypatch, Drafting(), env=env, journal=''), 'drafter')
+    assert c['status'] == 'fail' and c['figures']['missing'] == ['draft-dflash'], c
+    assert c['figures']['unlogged'] == ['ngram-mod'] and 'trace only' in c['reason']
+    journal = "common_speculative_impl_draft_dflash: adding speculative implementation 'draft-dflash'\n"
+    c = _check(_run(monkeypatch, Drafting(), env=env, journal=journal), 'drafter')
+    assert c['status'] == 'pass' and c['figures']['found'] == ['draft-dflash'], c
+
+
+def test_an_unreadable_journal_fails_the_drafter(monkeypatch):
+    c = _check(_run(monkeypatch, Drafting(), reader=lambda argv: (1, '', 'Failed to connect to bus\x1b[2J')), 'drafter')
+    assert c['status'] == 'fail' and 'cannot be read' in c['reason'] and 'exited 1' in c['reason'], c
+    assert not CONTROL.search(c['reason'])
+
+
+def test_a_tokenizer_that_repeats_every_ngram_cannot_prove_the_drafter(monkeypatch):
+    c = _check(_run(monkeypatch, Drafting(tokenize=lambda text: [7] * max(1, len(text.split())))), 'drafter')
+    assert c['status'] == 'fail' and 'repeated a 24-token n-gram' in c['reason'], c
+
+
+def test_only_ngram_types_at_the_default_verbosity_skip_the_drafter():
+    o = dict(ev.DEFAULTS)
+    f = ev.features(dict(ENV, SPEC_TYPE='ngram-mod', LOG_VERBOSITY=''))
+    assert 'trace only' in ev.skip_reason('drafter', f, o)
+    assert 'no SPEC_TYPE' in ev.skip_reason('drafter', ev.features(dict(ENV, SPEC_TYPE='')), o)
+    assert ev.skip_reason('drafter', ev.features(dict(ENV, SPEC_TYPE='ngram-mod')), o) == ''   # -lv 4: its line
+
+
+@pytest.mark.parametrize('key, served, name, var', [
+    ('temperature', 0.699999988079071, 'TEMPERATURE', 'llama_server_temperature'),
+    ('top_k', 20, 'TOP_K', 'llama_server_top_k'),
+    ('presence_penalty', 1.5, 'PRESENCE_PENALTY', 'llama_server_presence_penalty'),
+])
+def test_a_served_default_other_than_the_env_file_fails_naming_it(monkeypatch, key, served, name, var):
+    res = _run(monkeypatch, Drafting(hostile={'props': (('default_generation_settings', 'params', key), served)}),
+               checks=('defaults',))
+    c = _check(res, 'defaults')
+    assert not res['passed'] and c['status'] == 'fail' and c['fatal'], c
+    configured = ev.features(ENV)['sampler'][name]
+    assert '%s: /props serves %s, the env file sets %s=%s (%s)' % (key, served, name, configured, var) in c['reason']
+
+
+def test_defaults_as_set_pass_and_the_budget_is_named_as_not_compared(monkeypatch):
+    c = _check(_run(monkeypatch, Drafting(), env={'REASONING_BUDGET': '-1'}, checks=('defaults',)), 'defaults')
+    assert c['status'] == 'pass' and c['figures']['top_k'] == {'configured': 40, 'served': 40}, c
+    assert 'REASONING_BUDGET=-1 not compared' in c['reason']
+    unset = ev.features(dict(ENV, TEMPERATURE='', TOP_P='', TOP_K='', MIN_P='', PRESENCE_PENALTY=''))
+    assert 'TEMPERATURE' in ev.skip_reason('defaults', unset, dict(ev.DEFAULTS))
+
+
+def test_params_without_a_compared_default_are_named(monkeypatch):
+    params = dict(PARAMS)
+    del params['min_p']
+    c = _check(_run(monkeypatch, Drafting(hostile={'props': (('default_generation_settings', 'params'), params)}),
+                    checks=('defaults',)), 'defaults')
+    assert c['status'] == 'fail' and 'GET /props default_generation_settings.params' in c['reason'] and 'min_p' in c['reason']
+
+
+def test_a_bad_sampler_value_in_the_env_file_is_named():
+    with pytest.raises(ev.VerifyError, match="TOP_K='twenty'"):
+        ev.features(dict(ENV, TOP_K='twenty'))
+
+
+def test_a_slot_whose_greedy_answer_changes_after_another_conversation_fails(monkeypatch):
+    stand = Drafting(leaky_slot=1)
+    res = _run(monkeypatch, stand, checks=('isolation',))
+    c = _check(res, 'isolation')
+    assert not res['passed'] and c['status'] == 'fail' and c['fatal'], c
+    assert 'slot 1 answered the same greedy prompt differently after another conversation' in c['reason']
+    assert 'character 19 (token 3)' in c['reason'] and 'slot 0' not in c['reason'], c['reason']
+    assert [r['identical'] for r in c['figures']['slots']] == [True, False]
+    greedy = [p for p in stand.sent if p['messages'][-1]['content'] == ev.DEFAULTS['isolation_prompt']]
+    assert all(p['temperature'] == 0 and p['seed'] == 42 for p in greedy) and len(greedy) == 6
+    assert [p.get('cache_prompt') for p in greedy if p['id_slot'] == 0] == [None, None, False]
+
+
+def test_an_answer_that_differs_without_the_prompt_cache_is_named(monkeypatch):
+    c = _check(_run(monkeypatch, Drafting(uncached_differs=True), checks=('isolation',)), 'isolation')
+    assert c['status'] == 'fail' and 'differently without the prompt cache' in c['reason'], c
+    assert c['figures']['slots'][0]['differs'][0]['char'] == 24

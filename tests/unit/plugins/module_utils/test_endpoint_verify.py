@@ -186,3 +186,57 @@ def test_a_tool_answer_is_well_formed_or_named(msg, needle):
         assert problems == []
     else:
         assert problems and needle in ' '.join(problems)
+
+
+# --- issue 35: the drafter's journal lines, the prompt no n-gram matches, the defaults, the first difference
+
+def test_b11434_logs_the_init_line_at_info_only_for_block_drafters():
+    from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
+    assert [t for t in rules.SPEC_TYPES if rules.spec_init_logged(t, 3)] == ['draft-dflash', 'draft-dspark']
+    assert all(rules.spec_init_logged(t, 4) for t in rules.SPEC_TYPES)
+    journal = ("0.01 I common_speculative_impl_draft_dflash: adding speculative implementation 'draft-dflash'\n"
+               "spec common_specu: adding speculative implementation 'draft-mtp'\n")
+    assert ev.spec_init_lines(journal, ['draft-dflash', 'ngram-mod'], 3) == (['draft-dflash'], [], ['ngram-mod'])
+    assert ev.spec_init_lines(journal, ['draft-mtp', 'ngram-mod'], 4) == (['draft-mtp'], ['ngram-mod'], [])
+    # a line that names the type inside another word is not its line
+    assert ev.spec_init_lines("adding speculative implementation 'draft-dflash2'", ['draft-dflash'], 3)[1] == ['draft-dflash']
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1), st.integers(3, 552))
+def test_novel_prose_never_repeats_a_word_pair(seed, words):
+    text = ev.novel_prose(words, seed).split()
+    pairs = list(zip(text, text[1:]))
+    assert len(pairs) == len(set(pairs)) and all(a != b for a, b in pairs)
+    assert len(text) >= min(words, 200) and ev.novel_prose(words, seed) == ' '.join(text)
+    assert ev.repeated_ngram(text, 2) == -1
+
+
+def test_repeated_ngram_finds_the_first_repeat():
+    assert ev.repeated_ngram([1, 2, 3, 1, 2, 4], 2) == 3 and ev.repeated_ngram([1, 2, 3, 1, 2, 4], 3) == -1
+    assert ev.repeated_ngram([], 24) == -1
+
+
+@pytest.mark.parametrize('a, b, at', [('abc', 'abc', -1), ('abc', 'abd', 2), ('abc', 'ab', 2), ('', 'x', 0)])
+def test_first_difference(a, b, at):
+    assert ev.first_difference(a, b) == at
+
+
+def test_a_float32_served_default_equals_its_configured_value():
+    assert ev.same_default(float, 0.7, 0.699999988079071) and ev.same_default(float, 0.0, 0.0)
+    assert not ev.same_default(float, 0.7, 0.75) and ev.same_default(int, 20, 20) and not ev.same_default(int, 20, 40)
+
+
+def test_features_read_the_drafter_and_sampler_settings():
+    f = ev.features(dict(ENV, TEMPERATURE='0.7', TOP_K='20', TOP_P='', SPEC_NGRAM_MOD_N_MATCH='48'))
+    assert f['sampler'] == {'TEMPERATURE': 0.7, 'TOP_K': 20} and f['ngram_n_match'] == 48
+    assert f['model_drafters'] == ['draft-mtp'] and f['log_verbosity'] == 3
+    with pytest.raises(ev.VerifyError, match="TEMPERATURE='nan'"):
+        ev.features(dict(ENV, TEMPERATURE='nan'))
+
+
+def test_would_send_names_the_new_checks():
+    text = '\n'.join(ev.would_send(ev.features(dict(ENV, TEMPERATURE='0.7', LOG_VERBOSITY='4')), {}))
+    assert "drafter: journalctl _SYSTEMD_INVOCATION_ID" in text and 'draft-mtp, ngram-mod' in text
+    assert 'repeat no 24-gram' in text and 'defaults: GET http://127.0.0.1:7770/props' in text and 'temperature=0.7' in text
+    assert 'isolation: on each of slot 0..1' in text and 'cache_prompt false' in text

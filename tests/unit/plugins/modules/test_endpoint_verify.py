@@ -58,7 +58,11 @@ def test_check_mode_lists_every_request_and_sends_nothing(tmp_path, capsys):
     assert listener.accepted == 0
     assert out['passed'] is None and not out.get('failed') and not out['changed']
     assert [line.split(':')[0] for line in out['would_send']] == ['stream', 'tools', 'reasoning_effort', 'vision',
-                                                                  'slots', 'prefix_cache', 'window']
+                                                                  'slots', 'prefix_cache', 'window', 'drafter',
+                                                                  'defaults', 'isolation']
+    # the drafter and isolation checks are listed, not run: no journal read, no request (the listener saw none)
+    assert any(line.startswith('drafter: ') and 'repeat no 24-gram' in line for line in out['would_send'])
+    assert any(line.startswith('isolation: on each of slot 0..1') for line in out['would_send'])
     assert any(line.startswith('vision: skipped - VISION=off') for line in out['would_send'])
     assert 'a prompt of 0.25 of one slot (4096 tokens)' in out['message']
     assert os.listdir(str(tmp_path)) == ['x.env']                      # no textfile

@@ -134,6 +134,15 @@ def c_controller_file(tmp_path, capsys):
         yield _adhoc("controller_file", {"dest": str(tmp_path / "report.json"), "content": "{}\n"}, extra)
 
 
+def c_verify_commands(tmp_path, capsys):
+    ok = [sys.executable, "-c", "import os; print(os.environ['LLM_ENDPOINT_ALIAS'])"]
+    bad = {"name": "fails", "command": [sys.executable, "-c", "raise SystemExit(3)"], "retries": 1}
+    args = {"url": "http://127.0.0.1:1/v1", "alias": "frank-lab", "api_key": "sekrit", "commands": [ok, bad]}
+    yield _adhoc("verify_commands", args, ["--check"])
+    yield _adhoc("verify_commands", args)
+    yield _adhoc("verify_commands", dict(args, commands=[{"command": []}]))        # refused before anything runs
+
+
 def c_settle(tmp_path, capsys):
     given = ["-e", "llama_server_model_path=/m/t.gguf"]
     yield _adhoc("settle", {"placeholders": "list"}, given)
