@@ -40,6 +40,7 @@ INVENTORY_NAMES = {
     "spec_type": "llama_server_spec_type", "spec_draft_n_max": "llama_server_spec_draft_n_max",
     "draft_device": "llama_server_spec_draft_device", "cache_ram_mib": "llama_server_cache_ram",
     "floor_bytes": "dankfleet_plan_floor_bytes", "lean_layers": "dankfleet_plan_lean_layers",
+    "n_cpu_moe": "llama_server_n_cpu_moe", "cpu_moe": "llama_server_cpu_moe",
 }
 _SERVE_FIELD = re.compile(r"\bserve\.([a-z_]+)")
 # a field named bare in a hint ("lower floor_bytes", "cache_type_k/v q8_0"), never part of a longer name
