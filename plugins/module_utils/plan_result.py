@@ -89,6 +89,8 @@ def fit_serve(serve, floor_bytes=0, lean_layers=0):
         "floor_bytes": int(floor_bytes or 0),
         "lean_layers": int(lean_layers or 0),
         "cache_ram_mib": serve.get("cache_ram", serve.get("cache_ram_mib", "auto")),
+        "n_cpu_moe": int(serve.get("n_cpu_moe") or 0),
+        "cpu_moe": bool(serve.get("cpu_moe")),
     }
     if serve.get("spec_draft_device") not in (None, ""):
         out["draft_device"] = serve["spec_draft_device"]
