@@ -139,6 +139,22 @@ options:
       max_ctx_per_slot:
         description: Upper bound per slot for C(ctx_size=max); defaults to the model's trained context.
         type: int
+      n_cpu_moe:
+        description: C(--n-cpu-moe) -- the routed experts (C(ffn_*_exps)) of the first N blocks stay on the host; the
+          GPU keeps the rest of each block and a reserve for the experts a batched prompt copies over. Planned only
+          for a Mixture-of-Experts model; 0 keeps every expert on the GPUs.
+        type: int
+        default: 0
+      cpu_moe:
+        description: C(--cpu-moe) -- every block's routed experts stay on the host.
+        type: bool
+        default: false
+      load_mode:
+        description: C(--load-mode) -- how the host holds the experts kept there, C(mmap) (pages of the mapped
+          file), C(mlock) (the same, locked) or C(none)/C(dio) (a pinned host buffer the system cannot reclaim).
+        type: str
+        choices: [mmap, mlock, none, dio]
+        default: mmap
   drafter:
     description: The draft model's facts (M(dankfleet.llm.gguf_info)), for C(draft-dflash), C(draft-dspark),
       C(draft-simple) or C(draft-eagle3). Given with a spec type that loads none, it is planned as present and
@@ -148,7 +164,8 @@ options:
     description: The mmproj's facts (M(dankfleet.llm.gguf_info) of the projector GGUF).
     type: dict
   host_ram_bytes:
-    description: The host's RAM, for the cache-ram limit (half of it).
+    description: The host's RAM, for the cache-ram limit (half of it) and, with experts on the host, for the RAM they
+      take beside the process's buffers and the prompt cache (at least 4 GiB or a tenth of it stays the system's).
     type: int
   names:
     description:
@@ -212,7 +229,9 @@ _value:
     devices:
       description: Per device -- C(name), C(layers), C(weights_bytes), C(kv_bytes), C(recurrent_bytes),
         C(draft_bytes), C(mmproj_bytes), C(compute_bytes), C(overhead_bytes), C(total_bytes), C(free_bytes),
-        C(layer_range), C(holds_output), and C(draft_detail) (weights/kv/compute of the drafter or MTP head).
+        C(layer_range), C(holds_output), C(expert_weights_bytes) (of C(weights_bytes), the routed experts held
+        there), C(expert_copy_bytes) (of C(compute_bytes), the reserve for experts copied over from the host), and
+        C(draft_detail) (weights/kv/compute of the drafter or MTP head).
       type: list
       elements: dict
     gap_bytes:
@@ -246,6 +265,11 @@ _value:
       description: Every split evaluated, with free bytes per card and gap.
       type: list
       elements: dict
+    host_experts:
+      description: For a Mixture-of-Experts model, the experts kept on the host (O(serve.n_cpu_moe), O(serve.cpu_moe))
+        -- C(blocks), C(block_range), C(bytes) (also in C(host.weights_bytes)), C(load_mode), C(memory) (C(mapped),
+        C(locked) or C(pinned)), C(pinned_bytes), C(n_cpu_moe), C(cpu_moe); null for a dense model.
+      type: dict
 """
 
 from ansible.errors import AnsibleFilterError

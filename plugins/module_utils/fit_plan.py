@@ -41,6 +41,13 @@ The laws are llama.cpp b11434's, each named where it lives:
   (the target's output device when the drafter shares the target's head) holds full-ubatch f32 logits at
   the graph's end -- twice for DSpark (``_block_draft_end``); each target layer the drafter extracts keeps
   its input alive to the target graph's end.
+* Mixture-of-Experts (src/llama-graph.cpp build_moe_ffn, the ggml_mul_mat_id path; issue 38): a block's FFN
+  activations are those of n_expert_used experts of width n_ff_exp (not feed_forward_length), plus the experts'
+  f32 outputs before they are summed, n_expert_used x n_embd x 4 bytes per ubatch token. ``serve.n_cpu_moe`` /
+  ``serve.cpu_moe`` (--n-cpu-moe / --cpu-moe, common/arg.cpp) keep the routed expert tensors of the first N blocks
+  (all) in a CPU buffer: their bytes move to the host (mapped from the file, or pinned with load_mode none) and the
+  device keeps a reserve for the experts the scheduler copies over for a batched prompt. Those are tensor
+  overrides, so llama-context.cpp turns pipeline parallelism off (one copy of every split input).
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -50,7 +57,7 @@ import math
 import re
 from bisect import bisect_left as _bisect_left
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import DRAFTER_ONLY_ARCHS
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import DRAFTER_ONLY_ARCHS, MOE_PLANNED_ARCHS
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import to_bool
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
@@ -175,6 +182,9 @@ PROFILES = {
         "host_embd_bytes": 0.0,
         "host_split_embd_bytes": 0.0,
         **_CUDA_ONLY_TERMS_OFF,
+        # not measured on HIP: the cuda profile's MoE figures as a prior (rocBLAS/pool growth after mul_mat_id)
+        "moe_overhead_bytes": 110 * MIB,
+        "moe_overhead_nofa_bytes": 300 * MIB,
         "mtp_host_share": 0.5,
     },
     "cpu": {
@@ -211,6 +221,8 @@ PROFILES = {
         "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
         "host_split_embd_bytes": 8.0,
         **_CUDA_ONLY_TERMS_OFF,
+        "moe_overhead_bytes": 0,                # RPC/CPU devices: nothing beyond the buffers (not measured for MoE)
+        "moe_overhead_nofa_bytes": 0,
         "mtp_host_share": 0.5,                  # MTP host buffer 20 x n_embd per token at 4 copies (target's 40)
     },
     "cuda": {
@@ -236,6 +248,11 @@ PROFILES = {
         # runtime's pool after the selector's full-vocabulary top-k and the wide injection matmuls; DSpark's head
         # device 617-696 MiB, inside draft_overhead (tests/fixtures/llamacpp/b11434-cuda-h200-block)
         "dflash2_head_overhead_bytes": 80 * MIB,
+        # CUDA, issue 38: a device running MoE blocks grows ~100 MiB after the first completion (dense: 14-30 MiB) and
+        # holds 690-730 MiB beyond llama.cpp's buffers after real requests (the base 624 + up to 106), 922 MiB with
+        # flash attention off after a long prompt (+298)
+        "moe_overhead_bytes": 110 * MIB,
+        "moe_overhead_nofa_bytes": 300 * MIB,
         "compute_base_bytes": 0,                # as cpu: every buffer scales with ubatch (+/- 0.3 MiB)
         # CUDA: a layer's own peak beyond the FFN is 12 x n_embd per token (cpu 8): the dense model's buffers
         # are 4 x n_embd x ubatch above the cpu law at ub 512 and 2048 alike (6.0 / 24.0 MiB)
@@ -290,6 +307,31 @@ RPC_SERVER_OVERHEAD_BYTES = {
     "cuda": 624 * MIB,
     "hip": 300 * MIB,
 }
+
+
+# Mixture-of-Experts terms, measured on one H200 against b11434 loads of a Qwen3-30B-A3B-class qwen3moe Q4_K_M
+# (128 experts, 8 used, n_ff_exp 768, n_embd 2048) at 32k..131k context, ubatch 512/2048, f16/q8_0 KV (issue 38):
+#   MOE_EXPERT_OUT_BYTES  the planner with the dense law (and n_ff = feed_forward_length = 768 x 8) was under by
+#                         64 KiB per ubatch token = 8 experts x 2048 x 4 B: the routed experts' f32 outputs
+#                         [n_embd, n_expert_used, n_tokens] alive before the weighted sum (~31 MiB at ub 512,
+#                         ~128 MiB at 2048)
+#   EXPERT_COPY_EMBD_BYTES / the largest offloaded expert tensor: with experts on the CPU the GPU keeps a fixed
+#                         compute reserve for the experts the scheduler copies over for a batched prompt: 282 MiB at
+#                         ub 512, 654 MiB at 2048, the same for --n-cpu-moe 24 and --cpu-moe. Both figures are one
+#                         expert tensor (the Q6_K ffn_down_exps, 157.5 MiB) + 124 B x n_embd per ubatch token
+#                         (281.5 / 653.5 MiB); planned beside the device's own compute law
+MOE_EXPERT_OUT_BYTES = 4
+EXPERT_COPY_EMBD_BYTES = 124
+# --load-mode (common/arg.cpp b11434): how the host-side expert tensors are held. mmap/mlock: pages of the mapped
+# file (resident: every token reads them; mlock pins them); none/dio: read into a pinned host buffer the system
+# cannot reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
+LOAD_MODES = ("mmap", "mlock", "none", "dio")
+PINNED_LOAD_MODES = ("none", "dio")
+# What the system keeps for itself when experts live in host RAM: the planned host bytes (experts, the process's
+# own buffers) plus the prompt cache must leave this much of the host's RAM (the larger of the two) -- a policy,
+# not a llama.cpp law: below it the page cache the mapped experts need is what the kernel evicts first
+HOST_RAM_FLOOR_BYTES = 4 * GIB
+HOST_RAM_FLOOR_SHARE = 0.10
 
 
 class FitPlanError(ValueError):
@@ -425,6 +467,13 @@ def _check_facts(facts, what):
             raise FitPlanError("%s.%s is missing: pass the result of dankfleet.llm.gguf_info for the %s GGUF"
                                % (what, key, what))
     arch = facts["architecture"]
+    n_expert = facts.get("expert_count")
+    if n_expert and (arch not in MOE_PLANNED_ARCHS or facts.get("moe_planned") is False or what != "model"):
+        why = ("fit_plan models the experts of %s only" % ", ".join(sorted(MOE_PLANNED_ARCHS)) if what == "model" else
+               "a Mixture-of-Experts drafter is not planned (its experts' compute and placement are not modelled)")
+        raise FitPlanError("%s.architecture %r is a Mixture-of-Experts model (%s experts, %s used) that fit_plan does not "
+                           "model: %s; it is refused rather than planned as dense (its expert compute and layout would "
+                           "be wrong)" % (what, arch, n_expert, facts.get("expert_used_count"), why))
     if facts.get("architecture_supported") is False:
         raise FitPlanError("%s.architecture %r is not one fit_plan knows how to size (its layer kinds are not derived); "
                            "supported: dense llama-family, qwen35/qwen35moe/qwen3next hybrids, sliding-window "
@@ -444,6 +493,20 @@ def _check_facts(facts, what):
             for key in ("n_head_kv", "key_length", "value_length"):
                 if L.get(key) is None:
                     raise FitPlanError("%s.layers[%d].%s is missing for a %s layer" % (what, i, key, L["kind"]))
+    if n_expert:
+        for key in ("expert_used_count",):
+            if not _is_int(facts.get(key)) or facts[key] < 1:
+                raise FitPlanError("%s.%s is missing or 0 for a Mixture-of-Experts model: pass gguf_info's result "
+                                   "unmodified" % (what, key))
+        for i, L in enumerate(layers):
+            for key in ("expert_bytes", "n_ff_exp"):
+                if not _is_int(L.get(key)):
+                    raise FitPlanError("%s.layers[%d].%s is missing for a Mixture-of-Experts model: pass the result "
+                                       "of this collection's gguf_info unmodified (an older one reports no experts)"
+                                       % (what, i, key))
+            if L["expert_bytes"] > int(L["tensor_bytes"]):
+                raise FitPlanError("%s.layers[%d].expert_bytes %d exceeds its tensor_bytes %d: pass gguf_info's "
+                                   "result unmodified" % (what, i, L["expert_bytes"], L["tensor_bytes"]))
     if any(L["kind"] == "recurrent" for L in layers):
         rs = facts.get("recurrent_state") or {}
         if rs.get("bytes_per_layer_per_seq") is None:
@@ -547,6 +610,15 @@ def _normalize_serve(serve, model, drafter):
             raise FitPlanError("serve.tensor_split %r: entries must be >= 0 and not all zero" % (list(ts),))
         s["tensor_split"] = vals
     s["max_ctx_per_slot"] = _int_field(serve, "max_ctx_per_slot", "serve", default=None, minimum=KV_PAD)
+    # --n-cpu-moe N / --cpu-moe: the routed experts of the first N blocks (of all) stay on the CPU
+    s["n_cpu_moe"] = _int_field(serve, "n_cpu_moe", "serve", default=0, minimum=0)
+    s["cpu_moe"] = _bool_field(serve, "cpu_moe", False)
+    lm = serve.get("load_mode")
+    lm = "mmap" if lm is None or lm == "" else lm
+    if lm not in LOAD_MODES:
+        raise FitPlanError("serve.load_mode %r is not a llama.cpp b11434 --load-mode; use one of %s"
+                           % (lm, ", ".join(LOAD_MODES)))
+    s["load_mode"] = lm
     # derived KV row sizes (per cell) need the model geometry: checked in _kv_bytes_per_cell
     if not s["flash_attn"] and s["cache_type_v"] not in ("f16", "f32", "bf16"):
         raise FitPlanError("serve.cache_type_v %s needs flash_attn on: llama.cpp refuses a quantized V cache without "
@@ -677,7 +749,7 @@ GATED_ATTN_ARCHS = ("qwen3next", "qwen35", "qwen35moe")    # attention output ga
 
 
 def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells_swa, first, n_inputs=1,
-                   base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0, end_bytes=0):
+                   base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0, end_bytes=0, moe_used=0):
     """Compute buffer of one context's graph on one device (everything but the logits).
 
     per ub token: act_embd x n_embd + act_ff x n_ff (the layer's own activations: one layer's peak, the
@@ -697,7 +769,8 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
     handed = n_inputs * prof["split_embd_bytes"] * copies * n_embd
     if first and copies > 1:
         handed += prof["first_embd_bytes"] * (copies - 1) * n_embd
-    layer = prof["act_embd_bytes"] * n_embd + prof["act_ff_bytes"] * n_ff
+    # n_ff of an MoE block is n_expert_used x n_ff_exp (_ffn_width); its experts' outputs are alive beside them
+    layer = prof["act_embd_bytes"] * n_embd + prof["act_ff_bytes"] * n_ff + MOE_EXPERT_OUT_BYTES * moe_used * n_embd
     if not fa and max(cells_full, cells_swa):
         # without flash attention the peak is the attention's: the KQ matrix and what lives beside it, not
         # the FFN (measured: n_ff 2816 -> 8192 moved nothing without FA)
@@ -827,7 +900,23 @@ def _prepare(gpus, model, serve, drafter, mmproj):
     c.n_vocab = int(model.get("vocab_size") or 0)
     c.n_embd = int(model["embedding_length"])
     c.n_ff = int(model.get("feed_forward_length") or 0)
+    # MoE: the experts used per token, and which blocks keep their routed experts on the host
+    c.n_used = int(model.get("expert_used_count") or 0) if model.get("expert_count") else 0
+    c.cpu_moe_blocks = set()
+    if c.n_used:
+        c.n_ff = max([_ffn_width(L, c.n_used, 0) for L in c.layers] or [c.n_ff]) or c.n_ff
+        n_host = c.n_layer_all if c.s["cpu_moe"] else min(c.s["n_cpu_moe"], c.n_layer_all)
+        c.cpu_moe_blocks = set(il for il in range(n_host) if int(c.layers[il].get("expert_bytes") or 0))
     return c
+
+
+def _ffn_width(layer, n_used, n_ff):
+    """The FFN width a block's activations scale with: n_expert_used x n_ff_exp for the routed experts (the shared
+    expert runs after them, on its own width: the larger is the peak); a dense block's n_ff."""
+    exp = int(layer.get("n_ff_exp") or 0)
+    if n_used and exp and int(layer.get("expert_bytes") or 0):
+        return max(n_used * exp, int(layer.get("n_ff_shexp") or 0))
+    return int(layer.get("n_ff") or n_ff or 0)
 
 
 def _spec_errors(c):
@@ -894,17 +983,29 @@ def _layer_table(c, n_ctx_seq, n_stream, swa_n):
     s, m = c.s, c.model
     rs_row = int((m.get("recurrent_state") or {}).get("bytes_per_layer_per_seq") or 0)
     rs_rows = max(1, s["parallel"]) * (1 + c.n_rs_seq)
-    sums = dict((k, [0]) for k in ("layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "attn", "swa"))
-    n_ff, fa, real, att = [], [], [], []
+    sums = dict((k, [0]) for k in ("layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "attn", "swa",
+                                   "expert_bytes", "host_expert_bytes"))
+    n_ff, fa, real, att, moe_used, copy_max = [], [], [], [], [], []
     for il, L in enumerate(c.layers):
         kind = L["kind"]
         row = dict.fromkeys(sums, 0)
-        ff = f16 = 0
+        ff = f16 = used = copy = 0
         if kind != "nextn":
             real.append(il)
             row["layers"] = 1
             row["weights_bytes"] = int(L["tensor_bytes"])
-            ff = int(L.get("n_ff") or c.n_ff or 0)
+            ff = _ffn_width(L, c.n_used, c.n_ff)
+            experts = int(L.get("expert_bytes") or 0) if c.n_used else 0
+            if experts:
+                used = c.n_used
+                if il in c.cpu_moe_blocks:
+                    # --n-cpu-moe / --cpu-moe: the routed experts live on the host, the rest of the block here;
+                    # the largest of them is what a batched prompt copies back over (see EXPERT_COPY_EMBD_BYTES)
+                    row["weights_bytes"] -= experts
+                    row["host_expert_bytes"] = experts
+                    copy = int(L.get("expert_tensor_bytes_max") or 0)
+                else:
+                    row["expert_bytes"] = experts
             if kind in ("attention", "swa"):
                 att.append(il)
             if kind == "attention":
@@ -921,7 +1022,9 @@ def _layer_table(c, n_ctx_seq, n_stream, swa_n):
             sums[k].append(sums[k][-1] + v)
         n_ff.append(ff)
         fa.append(f16)
-    lt = {"sums": sums, "n_ff": n_ff, "fa": fa, "real": real, "att": att}
+        moe_used.append(used)
+        copy_max.append(copy)
+    lt = {"sums": sums, "n_ff": n_ff, "fa": fa, "real": real, "att": att, "moe_used": moe_used, "copy_max": copy_max}
     cache[key] = lt
     return lt
 
@@ -932,8 +1035,10 @@ def _fill_device(d, lt, lo, hi, rpc=False):
     n = sums["layers"][hi] - sums["layers"][lo]
     if not n:
         return
-    for k in ("layers", "weights_bytes", "kv_bytes", "recurrent_bytes"):
+    for k in ("layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "expert_bytes", "host_expert_bytes"):
         d[k] += sums[k][hi] - sums[k][lo]
+    d["moe_used"] = max([d["moe_used"]] + lt["moe_used"][lo:hi])
+    d["expert_copy_max"] = max([d["expert_copy_max"]] + lt["copy_max"][lo:hi])
     d["has_layers"] = True
     d["has_attn"] = d["has_attn"] or sums["attn"][hi] > sums["attn"][lo]
     d["has_swa"] = d["has_swa"] or sums["swa"][hi] > sums["swa"][lo]
@@ -970,7 +1075,8 @@ def _evaluate(c, split, n_ctx_req):
         devs.append({"name": g["name"], "index": g["index"], "layers": 0, "layer_first": None, "layer_last": None,
                      "weights_bytes": 0, "kv_bytes": 0, "recurrent_bytes": 0, "draft_bytes": 0, "mmproj_bytes": 0,
                      "compute_bytes": 0, "overhead_bytes": 0, "has_attn": False, "has_swa": False,
-                     "has_layers": False, "n_ff": 0, "fa_kv_f16": 0})
+                     "has_layers": False, "n_ff": 0, "fa_kv_f16": 0, "expert_bytes": 0, "host_expert_bytes": 0,
+                     "moe_used": 0, "expert_copy_max": 0, "expert_copy_bytes": 0})
     n_swa = int(m.get("sliding_window") or 0)
     swa_n = swa_cells(n_ctx_seq, n_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if n_swa else 0
     lt = _layer_table(c, n_ctx_seq, n_stream, swa_n)
@@ -990,7 +1096,8 @@ def _evaluate(c, split, n_ctx_req):
     n_outputs_max = min(s["batch_size"], n_seq * (1 + (s["spec_draft_n_max"] if s["spec_type"] else 0)))
     n_outputs = min(ub, max(n_outputs_max, n_seq))
     n_head = int(m.get("head_count") or 0)
-    copies = pipeline_copies(c.n_dev) if prof["pipeline_copies"] else 1
+    # experts on the CPU are tensor overrides: llama-context.cpp builds no pipeline copies then
+    copies = pipeline_copies(1 if c.cpu_moe_blocks else c.n_dev) if prof["pipeline_copies"] else 1
     extract_on = {}
     if c.drafter is not None and any(t in BLOCK_DRAFT_TYPES for t in c.model_draft):
         for il in (c.drafter.get("drafter") or {}).get("target_layers") or []:
@@ -1004,7 +1111,11 @@ def _evaluate(c, split, n_ctx_req):
         comp = _graph_compute(prof, fa, ub, copies, c.n_embd, d["n_ff"] or c.n_ff, n_head,
                               n_ctx_seq if d["has_attn"] else 0, swa_n if d["has_swa"] else 0,
                               first=d["index"] == slots[0], gate_width=gate_width, fa_kv_f16=d["fa_kv_f16"],
-                              q_width=n_head * int(m.get("key_length") or 0))
+                              q_width=n_head * int(m.get("key_length") or 0), moe_used=d["moe_used"])
+        if d["expert_copy_max"]:
+            # the experts copied over for a batched prompt (measured beside the device's compute: see above)
+            d["expert_copy_bytes"] = int(d["expert_copy_max"] + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub)
+            comp += d["expert_copy_bytes"]
         if d["index"] == out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
         comp += EXTRACT_EMBD_BYTES * c.n_embd * ub * extract_on.get(d["index"], 0)
@@ -1017,6 +1128,9 @@ def _evaluate(c, split, n_ctx_req):
             # llama-context.cpp output_reserve(n_seq_max): one row of f32 logits per sequence, on the host
             "output_bytes": 4 * n_seq * c.n_vocab,
             "draft_compute_bytes": 0, "draft_output_bytes": 0}
+    # --n-cpu-moe / --cpu-moe: the offloaded experts are host weights (llama.cpp prints them in the CPU model buffer)
+    host_experts = sum(d["host_expert_bytes"] for d in devs)
+    host["weights_bytes"] += host_experts
 
     # draft-mtp: nextn weights + nextn KV (draft ctx sized from the target's n_ctx) + its compute, on the nextn device
     detail = {}
@@ -1150,13 +1264,17 @@ def _evaluate(c, split, n_ctx_req):
         d["overhead_bytes"] = int(base
                                   + (prof.get("draft_overhead_bytes", 0) if d["index"] in drafter_devs else 0)
                                   + (prof.get("mtp_overhead_bytes", 0) if d["index"] in mtp_devs else 0)
-                                  + (prof.get("dflash2_head_overhead_bytes", 0) if d["index"] in dflash2_head else 0))
+                                  + (prof.get("dflash2_head_overhead_bytes", 0) if d["index"] in dflash2_head else 0)
+                                  + (prof.get("moe_overhead_bytes" if fa else "moe_overhead_nofa_bytes", 0)
+                                     if d["moe_used"] else 0))
         total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
                  + d["compute_bytes"] + d["overhead_bytes"])
         free = g["vram_total_bytes"] - g["vram_reserved_bytes"] - total
         keys = ("name", "layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "draft_bytes", "mmproj_bytes",
                 "compute_bytes", "overhead_bytes")
         row = dict((k, d[k]) for k in keys)
+        # MoE: of weights_bytes, the routed experts held here; of compute_bytes, the reserve for experts copied over
+        row.update(expert_weights_bytes=d["expert_bytes"], expert_copy_bytes=d["expert_copy_bytes"])
         row.update({"index": d["index"], "total_bytes": int(total), "free_bytes": int(free),
                     "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
                     "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
@@ -1170,10 +1288,25 @@ def _evaluate(c, split, n_ctx_req):
     return {
         "split": list(split), "slots": slots, "n_ctx": n_ctx, "n_ctx_seq": n_ctx_seq, "devices": rows,
         "gap_bytes": max(frees) - min(frees) if len(frees) > 1 else 0,
-        "min_free_bytes": min(frees), "host_weights_bytes": int(m.get("token_embd_bytes") or 0) + host_draft,
+        "min_free_bytes": min(frees),
+        "host_weights_bytes": int(m.get("token_embd_bytes") or 0) + host_draft + host_experts,
         "host": dict(host, total_bytes=sum(host.values())),
+        "host_experts": _host_experts(c, host_experts),
         "n_ubatch": ub, "n_rs_seq": c.n_rs_seq,
     }
+
+
+def _host_experts(c, nbytes):
+    """Where the offloaded experts live on the host: the blocks, their bytes, and how --load-mode holds them."""
+    s = c.s
+    if not c.n_used:
+        return None
+    pinned = s["load_mode"] in PINNED_LOAD_MODES
+    blocks = sorted(c.cpu_moe_blocks)
+    memory = "pinned" if pinned else ("locked" if s["load_mode"] == "mlock" else "mapped")
+    return {"blocks": len(blocks), "block_range": [blocks[0], blocks[-1]] if blocks else None, "bytes": nbytes,
+            "load_mode": s["load_mode"], "memory": memory, "pinned_bytes": nbytes if pinned else 0,
+            "n_cpu_moe": s["n_cpu_moe"], "cpu_moe": s["cpu_moe"]}
 
 
 def _passes(ev, floor):
@@ -1547,6 +1680,37 @@ def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings):
     return res
 
 
+def _moe_checks(c, best, cache, host_ram_bytes, errors, warnings):
+    """Experts on the host: a setting with nothing to move is said; the host must hold them under its RAM floor."""
+    s = c.s
+    asked = s["cpu_moe"] or s["n_cpu_moe"]
+    if asked and not c.n_used:
+        warnings.append("serve.%s has no effect: model %s has no routed experts (a dense model); drop it"
+                        % ("cpu_moe" if s["cpu_moe"] else "n_cpu_moe", c.model.get("architecture")))
+        return
+    if s["n_cpu_moe"] > c.n_layer_all and not s["cpu_moe"]:
+        warnings.append("serve.n_cpu_moe %d is more than the model's %d blocks: every block's experts stay on the host "
+                        "(serve.cpu_moe says so)" % (s["n_cpu_moe"], c.n_layer_all))
+    hx = best.get("host_experts") or {}
+    if not hx.get("bytes"):
+        return
+    host_total = best["host"]["total_bytes"]
+    cache_bytes = max(0, cache.get("mib") or 0) * MIB
+    if host_ram_bytes is None:
+        warnings.append("host_ram_bytes not given: the %s GiB of experts on the host (%s) are not checked against its "
+                        "RAM" % (_gib(hx["bytes"]), hx["memory"]))
+        return
+    floor = max(HOST_RAM_FLOOR_BYTES, int(HOST_RAM_FLOOR_SHARE * host_ram_bytes))
+    if host_total + cache_bytes > host_ram_bytes - floor:
+        errors.append("host RAM: %s GiB of experts on the host (%d blocks, %s%s) + %s GiB of the process's host buffers "
+                      "+ %s GiB of prompt cache (serve.cache_ram_mib) leave less than the %s GiB the system keeps of "
+                      "%s GiB; lower serve.n_cpu_moe (more experts on the GPU), lower serve.cache_ram_mib, or plan "
+                      "for a host with more RAM"
+                      % (_gib(hx["bytes"]), hx["blocks"], hx["memory"],
+                         ", not reclaimable" if hx["memory"] in ("pinned", "locked") else "",
+                         _gib(host_total - hx["bytes"]), _gib(cache_bytes), _gib(floor), _gib(host_ram_bytes)))
+
+
 def _max_ctx(c, split, floor, auto):
     """Largest n_ctx (a multiple of 256 x n_seq_max, so nothing is padded) that passes the floor."""
     n_seq = c.s["parallel"]
@@ -1659,6 +1823,7 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     if drafter_unused:
         warnings.append(drafter_unused)
     cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings)
+    _moe_checks(c, best, cache, host_ram_bytes, errors, warnings)
     if errors:
         fits = False
     table = _table(c, best, evs, floor)
@@ -1690,4 +1855,5 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
         "layer_devices": best["slots"][:-1],
         "output_device": best["slots"][-1],
         "drafter_unused": drafter_unused,
+        "host_experts": best["host_experts"],
     }

@@ -118,6 +118,9 @@ ARCH_KEYS = {
     "rope.dimension_count": UINT, "rope.scaling.original_context_length": UINT, "block_size": UINT,
     "selector_rank": UINT, "selector_top_k": UINT, "conv_kernel_size": UINT, "conv_group_size": UINT,
     "hyper_connection.count": UINT,
+    "expert_count": UINT, "expert_used_count": UINT, "expert_shared_count": UINT,
+    "expert_shared_feed_forward_length": UINT, "leading_dense_block_count": UINT,
+    "expert_feed_forward_length": PER_LAYER,
     "attention.head_count": PER_LAYER, "attention.head_count_kv": PER_LAYER, "feed_forward_length": PER_LAYER,
     "attention.sliding_window_pattern": LAYER_FLAGS, "attention.recurrent_layers": LAYER_FLAGS,
     "rope.freq_base": FLOAT, "rope.scaling.factor": FLOAT, "rope.scaling.type": STRING,
@@ -228,6 +231,83 @@ def drafter_reason(g, arch, n_layer_all, nextn):
             return ("an MTP head alone: %s.nextn_predict_layers %d and none of the %d trunk blocks' tensors"
                     % (arch, nextn, n_layer_all - nextn))
     return None
+
+
+# Mixture-of-Experts (src/llama-model.cpp load_hparams / load_tensors, src/llama-graph.cpp build_moe_ffn, b11434).
+# The routed experts of a block are the merged 3-D tensors blk.N.ffn_{gate,up,down,gate_up}_{,ch}exps -- exactly
+# what --n-cpu-moe / --cpu-moe move to the CPU (common/arg.cpp: "blk\\.%d\\.ffn_(up|down|gate|gate_up)_(ch|)exps");
+# the router (ffn_gate_inp) and the shared expert (ffn_*_shexp) stay with the block.
+EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch)?exps\.")
+SHARED_EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(up|gate|down)_shexp\.")
+# The MoE architectures whose graph fit_plan models: build_moe_ffn over the merged expert tensors (ggml_mul_mat_id),
+# an optional shared expert beside it, and an attention / recurrent stack the planner already sizes. Measured:
+# qwen3moe (issue 38, H200); the rest share its FFN graph. Any other file with expert_count > 0 (deepseek2's MLA,
+# gpt-oss, glm4moe's dense lead blocks, ...) is refused by name for planning, never planned as dense.
+DENSE_EXPERT_KEYS = ("expert_bytes", "expert_tensor_bytes_max", "n_ff_exp", "n_ff_shexp")
+MOE_PLANNED_ARCHS = frozenset(["qwen3moe", "qwen3vlmoe", "qwen2moe", "llama", "granitemoe", "olmoe", "phimoe",
+                               "qwen35moe", "qwen3next"])
+
+
+def _moe_facts(g, arch, n_layer_all, n_ff):
+    """Expert facts: count, used, widths, and per block the bytes of the routed expert tensors.
+
+    The widths are read off the tensors the graph multiplies (ffn_up_exps is [n_embd, n_ff_exp, n_expert]; a merged
+    gate_up [n_embd, 2 x n_ff_exp, n_expert]; ffn_down_exps [n_ff_exp, n_embd, n_expert]), so they are what
+    build_moe_ffn uses whatever the arch's key is called: expert_feed_forward_length (qwen3moe, qwen2moe, ...) or
+    feed_forward_length (mixtral-style llama, granitemoe, olmoe). The key is the fallback for a block without them.
+    """
+    a = "%s." % arch
+    n_expert = int(g.get(a + "expert_count", 0) or 0)
+    n_used = int(g.get(a + "expert_used_count", 0) or 0)
+    if n_expert and not n_used:
+        raise GGUFError(g.path, "metadata %sexpert_count is %d but %sexpert_used_count is 0 or absent: llama.cpp b11434 "
+                        "refuses the model (n_expert_used must be > 0 when n_expert > 0)" % (a, n_expert, a))
+    if n_used > n_expert:
+        raise GGUFError(g.path, "metadata %sexpert_used_count %d exceeds %sexpert_count %d: llama.cpp b11434 refuses the "
+                        "model (n_expert_used <= n_expert)" % (a, n_used, a, n_expert))
+    key_exp = g.get(a + "expert_feed_forward_length")
+    key_exp = _arr_or_scalar(key_exp, n_layer_all, 0) if key_exp is not None else [0] * n_layer_all
+    shexp_key = int(g.get(a + "expert_shared_feed_forward_length", 0) or 0)
+    expert_bytes = [0] * n_layer_all
+    expert_max = [0] * n_layer_all
+    width = [0] * n_layer_all
+    shexp = [0] * n_layer_all
+    for t in g.tensors:
+        m = EXPERT_TENSOR.match(t.name)
+        if m:
+            il = int(m.group(1))
+            if il >= n_layer_all:
+                continue
+            expert_bytes[il] += t.nbytes
+            expert_max[il] = max(expert_max[il], t.nbytes)
+            if len(t.shape) >= 2:
+                kind = m.group(2)
+                w = t.shape[0] if kind == "down" else (t.shape[1] // 2 if kind == "gate_up" else t.shape[1])
+                width[il] = width[il] or int(w)
+            continue
+        m = SHARED_EXPERT_TENSOR.match(t.name)
+        if m and int(m.group(1)) < n_layer_all and len(t.shape) >= 2:
+            il = int(m.group(1))
+            shexp[il] = shexp[il] or int(t.shape[0] if m.group(2) == "down" else t.shape[1])
+    moe_layers = [il for il in range(n_layer_all) if expert_bytes[il]]
+    for il in moe_layers:
+        if not width[il]:
+            width[il] = key_exp[il] or n_ff[il]
+    if not n_expert and not moe_layers:
+        return None
+    widths = [width[il] for il in moe_layers] or [w for w in key_exp if w]
+    return {
+        "expert_count": n_expert,
+        "expert_used_count": n_used,
+        "expert_shared_count": g.get(a + "expert_shared_count"),
+        "expert_feed_forward_length": max(widths) if widths else None,
+        "expert_shared_feed_forward_length": (max(shexp) or shexp_key or None) if (any(shexp) or shexp_key) else None,
+        "expert_layers": len(moe_layers),
+        "expert_bytes_total": sum(expert_bytes),
+        "moe_planned": arch in MOE_PLANNED_ARCHS,
+        "per_layer": [{"expert_bytes": expert_bytes[il], "expert_tensor_bytes_max": expert_max[il],
+                       "n_ff_exp": width[il], "n_ff_shexp": shexp[il]} for il in range(n_layer_all)],
+    }
 
 
 INPUT_TENSORS = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
@@ -472,6 +552,7 @@ def facts_from_gguf(g):
         # llama.cpp creates output from token_embd with TENSOR_DUPLICATED: a copy on the output device
         output_bytes += tok.nbytes
 
+    moe = _moe_facts(g, arch, n_layer_all, n_ff)
     layers = []
     for il in range(n_layer_all):
         kind = kinds[il]
@@ -490,6 +571,9 @@ def facts_from_gguf(g):
             "kv_bytes_per_token_f16": (head_kv[il] * (kl + vl) * 2) if has_kv else 0,
             "tensor_bytes": per_layer[il],
         })
+        # MoE: the routed experts' bytes apart from the rest of the block (what --n-cpu-moe moves), their width
+        ex = moe["per_layer"][il] if moe else dict.fromkeys(DENSE_EXPERT_KEYS, 0)
+        layers[-1].update(ex, non_expert_bytes=per_layer[il] - ex["expert_bytes"])
     counts = {}
     for k in kinds:
         counts[k] = counts.get(k, 0) + 1
@@ -560,6 +644,16 @@ def facts_from_gguf(g):
         "mask_token_id": f.get("tokenizer.ggml.mask_token_id"),
         "mmproj": None,
         "mmproj_bytes": 0,
+        "is_moe": moe is not None,
+        "expert_count": moe["expert_count"] if moe else 0,
+        "expert_used_count": moe["expert_used_count"] if moe else 0,
+        "expert_shared_count": moe["expert_shared_count"] if moe else None,
+        "expert_feed_forward_length": moe["expert_feed_forward_length"] if moe else None,
+        "expert_shared_feed_forward_length": moe["expert_shared_feed_forward_length"] if moe else None,
+        "expert_layers": moe["expert_layers"] if moe else 0,
+        "expert_bytes_total": moe["expert_bytes_total"] if moe else 0,
+        # whether fit_plan models this architecture's experts (MOE_PLANNED_ARCHS); null for a dense model
+        "moe_planned": moe["moe_planned"] if moe else None,
     })
     return facts
 

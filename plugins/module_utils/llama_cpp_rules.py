@@ -135,6 +135,8 @@ FLAG_SPELLINGS = _spelling_table("""
 --api-key-file            --api-key-file
 --rpc                     --rpc
 --log-verbosity           -lv --verbosity --log-verbosity
+--cpu-moe                 -cmoe --cpu-moe
+--n-cpu-moe               -ncmoe --n-cpu-moe
 """)
 # Flags that move weights, KV or compute to places fit_plan does not size: serve_guard refuses them.
 _UNSIZED_PLACEMENT_SPELLINGS = _spelling_table("""
@@ -144,8 +146,6 @@ _UNSIZED_PLACEMENT_SPELLINGS = _spelling_table("""
 --kv-unified              -kvu --kv-unified
 --no-kv-unified           -no-kvu --no-kv-unified
 --no-kv-offload           -nkvo --no-kv-offload
---cpu-moe                 -cmoe --cpu-moe
---n-cpu-moe               -ncmoe --n-cpu-moe
 --cpu-moe-draft           -cmoed --cpu-moe-draft
 --n-cpu-moe-draft         -ncmoed --n-cpu-moe-draft
 --swa-full                --swa-full

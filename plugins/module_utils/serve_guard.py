@@ -66,6 +66,8 @@ _ROLE_FLAGS = (
     (("--api-key", "--api-key-file"), "llama_server_api_key"),
     (("--rpc",), "llama_server_rpc (derived from the llm_rpc_workers group; the plan sizes its devices)"),
     (("--log-verbosity",), "llama_server_log_verbosity"),
+    (("--n-cpu-moe",), "llama_server_n_cpu_moe (the plan sizes the experts it keeps in host RAM)"),
+    (("--cpu-moe",), "llama_server_cpu_moe (the plan sizes the experts it keeps in host RAM)"),
 )
 # Flags that move weights, KV or compute to places fit_plan does not size: no variable can set them.
 _UNPLANNED_FLAGS = rules.spellings(*rules.UNSIZED_PLACEMENT_FLAGS)
@@ -79,6 +81,10 @@ _GUARDED_ENV.update({
     "XDG_CACHE_HOME": "nothing: the unit keeps the kernel cache under llama_server_state_dir",
 })
 
+# -ot is how experts are usually kept on the CPU by hand: say which settings do that with a plan behind them
+_OVERRIDE_FLAGS = rules.spellings("--override-tensor")
+_EXPERT_HINT = ("; to keep a Mixture-of-Experts model's experts in host RAM set llama_server_n_cpu_moe (the first N "
+                "blocks) or llama_server_cpu_moe (all), which the plan sizes")
 FLAG_VARIABLE = dict((flag, var) for flags, var in _ROLE_FLAGS for flag in rules.spellings(*flags))
 _ENV_PREFIX = rules.ENV_ARG_PREFIX
 _FLAG_RE = re.compile(r"^(-{1,2}[A-Za-z][A-Za-z0-9-]*)(=.*)?$")
@@ -104,7 +110,8 @@ def shadowed(extra_args=None, extra_env=None):
                             "checked by the preflight): set %s instead" % (arg, flag, FLAG_VARIABLE[flag]))
         elif flag in _UNPLANNED_FLAGS:
             problems.append("llama_server_extra_args has %s, which moves weights, KV or compute where fit_plan does "
-                            "not size them: remove it (the plan and the preflight would no longer hold)" % arg)
+                            "not size them: remove it (the plan and the preflight would no longer hold)%s"
+                            % (arg, _EXPERT_HINT if flag in _OVERRIDE_FLAGS else ""))
     for name in sorted((extra_env or {}).keys(), key=str):
         if name in _GUARDED_ENV:
             problems.append("llama_server_extra_env sets %s, which the unit sets or gpu_facts decides: set %s instead"

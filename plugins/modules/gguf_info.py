@@ -233,13 +233,54 @@ output_tied:
   description: True when there is no C(output.weight) and the token embedding serves as the output.
   returned: when not an mmproj
   type: bool
+is_moe:
+  description: Whether the model is a Mixture-of-Experts (C(<arch>.expert_count) > 0 or routed expert tensors).
+  returned: when not an mmproj
+  type: bool
+expert_count:
+  description: C(<arch>.expert_count), 0 for a dense model.
+  returned: when not an mmproj
+  type: int
+expert_used_count:
+  description: C(<arch>.expert_used_count), the experts each token is routed to; 0 for a dense model.
+  returned: when not an mmproj
+  type: int
+expert_shared_count:
+  description: C(<arch>.expert_shared_count) where the file has it; null otherwise.
+  returned: when not an mmproj
+  type: int
+expert_feed_forward_length:
+  description: The routed experts' FFN width the graph uses (read off C(ffn_up_exps)/C(ffn_down_exps); the
+    C(<arch>.expert_feed_forward_length) key where a block has none), not C(feed_forward_length); null if dense.
+  returned: when not an mmproj
+  type: int
+expert_shared_feed_forward_length:
+  description: The shared expert's FFN width (C(ffn_*_shexp)) where the model has one; null otherwise.
+  returned: when not an mmproj
+  type: int
+expert_layers:
+  description: Blocks holding routed expert tensors.
+  returned: when not an mmproj
+  type: int
+expert_bytes_total:
+  description: Bytes of every routed expert tensor (C(ffn_*_exps)) of the file.
+  returned: when not an mmproj
+  type: int
+moe_planned:
+  description: Whether C(dankfleet.llm.fit_plan) models this architecture's experts; a Mixture-of-Experts model with
+    false is refused for planning by name, never planned as dense. Null for a dense model.
+  returned: when not an mmproj
+  type: bool
 vocab_size:
   description: Tokenizer size.
   returned: when not an mmproj
   type: int
 layers:
   description: Per layer -- C(index), C(kind), C(n_head), C(n_head_kv), C(key_length), C(value_length), C(n_ff),
-    C(kv_bytes_per_token_f16), C(tensor_bytes).
+    C(kv_bytes_per_token_f16), C(tensor_bytes); and for Mixture-of-Experts C(expert_bytes) (the routed expert
+    tensors C(ffn_*_exps), what C(--n-cpu-moe) moves to the host), C(non_expert_bytes) (the rest of the block),
+    C(expert_tensor_bytes_max) (its largest expert tensor), C(n_ff_exp) and C(n_ff_shexp) (expert and shared-expert
+    FFN widths, read off the tensors); 0 on a dense layer.
   returned: when O(path) is given
   type: list
   elements: dict

@@ -27,16 +27,32 @@ LAUNCHER = os.path.join(lib.ROOT, "roles", "llama_server", "templates", "serve-l
     (["-md", "/x.gguf"], "llama_server_drafter_path"),
     (["--rpc", "10.0.0.2:50052"], "llama_server_rpc"),
     (["-lv", "5"], "llama_server_log_verbosity"),
+    (["--cpu-moe"], "llama_server_cpu_moe"),
+    (["-cmoe"], "llama_server_cpu_moe"),
+    (["--n-cpu-moe", "24"], "llama_server_n_cpu_moe"),
+    (["-ncmoe=24"], "llama_server_n_cpu_moe"),
 ])
 def test_planned_flags_are_named_with_their_variable(args, variable):
     problems = serve_shadowed(args)
     assert len(problems) == 1 and args[0] in problems[0] and "set %s" % variable in problems[0]
 
 
-@pytest.mark.parametrize("flag", ["-ot", "--override-tensor=blk.*=CPU", "--main-gpu", "--cpu-moe", "-nkvo"])
+@pytest.mark.parametrize("flag", ["-ot", "--override-tensor=blk.*=CPU", "--main-gpu", "-nkvo", "--n-cpu-moe-draft"])
 def test_unplanned_placement_flags_are_named(flag):
     (problem,) = serve_shadowed([flag])
     assert "where fit_plan does not size them" in problem
+
+
+@pytest.mark.parametrize("flag", ["-ot", "--override-tensor", "--override-tensor=blk\\..*_exps\\.=CPU"])
+def test_a_tensor_override_names_the_expert_settings_the_plan_sizes(flag):
+    """issue 38: -ot is how experts are kept on the CPU by hand; the settings do it with a plan behind them."""
+    (problem,) = serve_shadowed([flag])
+    assert "llama_server_n_cpu_moe" in problem and "llama_server_cpu_moe" in problem
+
+
+def test_other_unplanned_flags_do_not_mention_experts():
+    (problem,) = serve_shadowed(["--main-gpu"])
+    assert "cpu_moe" not in problem
 
 
 @pytest.mark.parametrize("name, hint", [

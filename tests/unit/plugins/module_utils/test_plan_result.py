@@ -146,3 +146,20 @@ def test_a_plan_serves_exactly_the_shape_it_was_made_for(split, ctx, cache):
 def test_no_planner_field_survives_the_renaming(words):
     text = ' '.join('serve.' + w if w in pr.INVENTORY_NAMES else w for w in words)
     assert not re.search(r'\bserve\.', pr.inventory_names(text))
+
+
+def test_experts_on_the_host_reach_the_plan_from_the_settled_serve():
+    """issue 38: llama_server_n_cpu_moe / _cpu_moe, settled, are fit_plan's serve.n_cpu_moe / serve.cpu_moe, and a
+    24 GiB card plans a 30B-A3B-class model at 64k only with them (its messages in the names the operator edits)."""
+    assert pr.fit_serve(SETTLED)['n_cpu_moe'] == 0 and pr.fit_serve(SETTLED)['cpu_moe'] is False
+    settled = dict(SETTLED, backend='cuda', parallel=1, spec_type=[], ctx_size=65536, n_cpu_moe=24, cpu_moe=False)
+    serve = pr.fit_serve(settled, floor_bytes=GIB // 2)
+    assert serve['n_cpu_moe'] == 24 and serve['cpu_moe'] is False
+    card = [{'name': 'RTX 3090', 'vram_total_bytes': 24 * GIB}]
+    moe = lib.fixture('qwen3moe_30b_a3b')
+    fit = plan(card, moe, serve, host_ram_bytes=64 * GIB)
+    assert fit['fits'], fit['errors']
+    assert fit['host_experts']['blocks'] == 24
+    assert not plan(card, moe, pr.fit_serve(dict(settled, n_cpu_moe=0), floor_bytes=GIB // 2))['fits']
+    small = plan(card, moe, pr.fit_serve(dict(settled, cpu_moe=True), floor_bytes=GIB // 2), host_ram_bytes=16 * GIB)
+    assert any('llama_server_n_cpu_moe' in pr.inventory_names(e) for e in small['errors'])

@@ -260,3 +260,13 @@ def test_bounds_and_names_name_real_options():
         return spec is not None
     for key in list(s.BOUNDS) + list(s.NAMES) + list(s.FREE_TEXT):
         assert exists(key), key
+
+
+def test_experts_on_the_host_are_serve_inputs_settled_to_their_types():
+    """issue 38: llama_server_n_cpu_moe / llama_server_cpu_moe are settled once and reach the plan's serve."""
+    out = run({'llama_server_n_cpu_moe': '24', 'llama_server_cpu_moe': 'no'})
+    assert messages(out) == [] and out['serve']['n_cpu_moe'] == 24 and out['serve']['cpu_moe'] is False
+    out = run({'llama_server_n_cpu_moe': 513})
+    assert any(m.startswith('llama_server_n_cpu_moe') and '512' in m for m in messages(out)), messages(out)
+    out = run({'llama_server_cpu_moe': 'half'})
+    assert any("llama_server_cpu_moe is 'half', not a boolean" in m for m in messages(out)), messages(out)

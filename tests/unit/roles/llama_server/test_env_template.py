@@ -219,3 +219,11 @@ def test_an_llm_plan_that_has_not_planned_says_why():
         'planned': False, 'cannot_plan': 'the payload is still a placeholder', 'origin': {}})
     assert 'No plan was given' in text
     assert '# llm_plan has not planned yet: the payload is still a placeholder.' in text
+
+
+def test_experts_on_the_host_are_carried_as_settings():
+    """issue 38: llama_server_n_cpu_moe / llama_server_cpu_moe reach the env file (and so --n-cpu-moe / --cpu-moe)."""
+    _, values, problems = rendered()
+    assert problems == [] and (values['N_CPU_MOE'], values['CPU_MOE']) == ('0', 'off')
+    _, values, problems = rendered(llama_server_n_cpu_moe=24, llama_server_cpu_moe=True)
+    assert problems == [] and (values['N_CPU_MOE'], values['CPU_MOE']) == ('24', 'on')

@@ -135,3 +135,16 @@ def test_an_env_file_can_be_named_for_a_run_by_hand(launcher, files, tmp_path):
     rc, argv, err = run(launcher, files, LLAMA_SERVER_ENV_FILE=str(env), ALIAS='ignored')
     assert rc == 0, err
     assert flag(argv, '--alias') == 'by hand'
+
+
+@pytest.mark.parametrize('env, n_cpu_moe, cpu_moe', [
+    ({}, None, False),
+    ({'N_CPU_MOE': '0', 'CPU_MOE': 'off'}, None, False),
+    ({'N_CPU_MOE': '24', 'CPU_MOE': 'off'}, '24', False),
+    ({'N_CPU_MOE': '0', 'CPU_MOE': 'on'}, None, True),
+])
+def test_experts_on_the_host_become_their_flags(launcher, files, env, n_cpu_moe, cpu_moe):
+    """issue 38: N_CPU_MOE (when not 0) is --n-cpu-moe N, CPU_MOE=on is --cpu-moe; nothing otherwise."""
+    rc, argv, err = run(launcher, files, **env)
+    assert rc == 0, err
+    assert flag(argv, '--n-cpu-moe') == n_cpu_moe and ('--cpu-moe' in argv) == cpu_moe
