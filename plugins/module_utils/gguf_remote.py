@@ -26,6 +26,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import _p
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import (
     MAX_HEADER_BYTES, GGUFError, read_gguf_from)
 from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import Client, HttpError, redact
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
 
 FIRST_RANGE = 1 << 20
 MAX_RANGE = 32 << 20
@@ -95,8 +96,8 @@ class RangeSource(object):
         try:
             resp = self.client.open("GET", self.url, headers={"Range": asked}, timeout=self.timeout,
                                     idle_timeout=self.timeout)
-        except HttpError as exc:
-            raise self._refuse("cannot read the header: %s" % exc)
+        except (HttpError, OSError, http.client.HTTPException, ValueError) as exc:
+            raise self._refuse("cannot read the header: %s" % printable(self.client.scrub(exc), limit=600))
         try:
             body = self._answer(resp, asked, start, end)
         finally:
@@ -142,7 +143,7 @@ class RangeSource(object):
             body = resp.read_capped(last - first + 1)
         except (HttpError, OSError, http.client.HTTPException, ValueError) as exc:
             raise self._refuse("the range %s broke off or was longer than declared: %s; nothing was used"
-                               % (asked, self.client.scrub(exc)))
+                               % (asked, _short(self.client.scrub(exc))))
         if len(body) != last - first + 1:
             raise self._refuse("the server sent %d bytes for Content-Range %r (%d bytes): nothing was used"
                                % (len(body), _short(content_range), last - first + 1))
@@ -151,8 +152,8 @@ class RangeSource(object):
 
 
 def _short(value):
-    text = "%s" % (value,)
-    return text if len(text) <= 120 else text[:120] + "..."
+    """A peer's header or reason as a message may show it: printable, at most 120 characters."""
+    return printable("%s" % (value,), limit=120)
 
 
 def read_gguf_url(url, token=None, timeout=30.0, validate_certs=True, limit=MAX_HEADER_BYTES):
