@@ -181,3 +181,19 @@ def gguf_url_facts(url, token=None, tensors=False, timeout=30.0, validate_certs=
         facts["tensors"] = [t.as_dict() for t in g.tensors]
     facts.update(url=source.name, bytes_fetched=source.fetched, requests=source.requests)
     return facts
+
+
+def gguf_url_files(urls, token=None, tensors=False, timeout=30.0, validate_certs=True):
+    """name -> url of each GGUF -> name -> its facts (gguf_url_facts) or ``{url, error}``: what gguf_files is for paths.
+
+    Nothing raises for one url: the caller (a plan before the fetch) decides what an unreadable header means.
+    """
+    files = {}
+    for name, url in urls.items():
+        url = str(url)
+        try:
+            files[name] = gguf_url_facts(url, token=token, tensors=tensors, timeout=timeout,
+                                         validate_certs=validate_certs)
+        except GGUFError as exc:
+            files[name] = {"url": redact(url), "error": str(exc)}
+    return files

@@ -43,7 +43,7 @@ options:
   path:
     description:
       - The GGUF file (model, draft model or mmproj) on the target host.
-      - One of O(path), O(paths) and O(url) is required.
+      - One of O(path), O(paths), O(url) and O(urls) is required.
     type: path
   url:
     description:
@@ -59,18 +59,24 @@ options:
         (or with another length, or a size that changes between answers) or an encoded body is refused by name;
         what O(path) refuses of the file, O(url) refuses for the same cause.
     type: str
+  urls:
+    description:
+      - Several GGUF URLs in one call, a name (for example the payload role) mapped to each URL, each read as O(url)
+        reads one; the result is RV(files), keyed the same way, each entry what O(url) returns or C(url) and
+        C(error) (the message O(url) would fail with) -- nothing here fails the task, as with O(paths).
+    type: dict
   token:
     description:
-      - "With O(url), a bearer token for gated repositories, sent as C(Authorization: Bearer <token>) only to the
+      - "With O(url) or O(urls), a bearer token for gated repositories, sent as C(Authorization: Bearer <token>) only to the
         origin of O(url) (as M(dankfleet.llm.gguf_fetch) sends it). Never logged; one with surrounding whitespace
         or a control character is refused unshown."
     type: str
   timeout:
-    description: With O(url), the seconds each Range request may take, connect to the last byte.
+    description: With O(url) or O(urls), the seconds each Range request may take, connect to the last byte.
     type: float
     default: 30.0
   validate_certs:
-    description: With O(url), verify the server's TLS certificate.
+    description: With O(url) or O(urls), verify the server's TLS certificate.
     type: bool
     default: true
   header_only:
@@ -121,10 +127,11 @@ EXAMPLES = r"""
 RETURN = r"""
 files:
   description:
+    - With O(urls), each name mapped to what O(url) returns, or C(url) and C(error).
     - With O(paths), each name mapped to C(path), C(exists) (something is at the path - a symbolic link loop is
       there and unreadable, never absent) and either every key below (the file was read) or C(error) (why it could
       not be; absent files have neither).
-  returned: when O(paths) is given (then alone - every other key below is in each of its entries instead)
+  returned: when O(paths) or O(urls) is given (then alone - every other key below is in each of its entries instead)
   type: dict
   sample: {"target": {"path": "/var/lib/dankfleet/models/m/m.gguf", "exists": true, "architecture": "qwen35"},
            "drafter": {"path": "/var/lib/dankfleet/models/d/d.gguf", "exists": false}}
@@ -358,7 +365,7 @@ tensors:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts, gguf_files
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_remote import gguf_url_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_remote import gguf_url_facts, gguf_url_files
 from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import redact, url_credentials
 
 
@@ -368,20 +375,27 @@ def main():
             path=dict(type="path"),
             paths=dict(type="dict"),
             url=dict(type="str"),
+            urls=dict(type="dict"),
             token=dict(type="str", no_log=True),
             timeout=dict(type="float", default=30.0),
             validate_certs=dict(type="bool", default=True),
             header_only=dict(type="bool", default=False),
             tensors=dict(type="bool", default=False),
         ),
-        mutually_exclusive=[("path", "paths", "url")],
-        required_one_of=[("path", "paths", "url")],
+        mutually_exclusive=[("path", "paths", "url", "urls")],
+        required_one_of=[("path", "paths", "url", "urls")],
         supports_check_mode=True,
     )
     p = module.params
-    if p["url"] is not None:
-        for secret in url_credentials(p["url"]) + ([p["token"].strip()] if (p["token"] or "").strip() else []):
+    for url in [p["url"] or ""] + [str(u) for u in (p["urls"] or {}).values()]:
+        for secret in url_credentials(url):
             module.no_log_values.add(secret)    # refused by the client; never in the invocation or a message
+    if (p["token"] or "").strip():
+        module.no_log_values.add(p["token"].strip())
+    if p["urls"] is not None:
+        module.exit_json(changed=False, files=gguf_url_files(p["urls"], token=p["token"], tensors=p["tensors"],
+                                                             timeout=p["timeout"], validate_certs=p["validate_certs"]))
+    if p["url"] is not None:
         try:
             facts = gguf_url_facts(p["url"], token=p["token"], tensors=p["tensors"], timeout=p["timeout"],
                                    validate_certs=p["validate_certs"])

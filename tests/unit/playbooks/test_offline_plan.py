@@ -12,6 +12,7 @@ import subprocess
 
 import gen_models
 import pytest
+import range_http_server
 import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
@@ -37,6 +38,7 @@ def overlay(tmp_path_factory):
     (root / "host_vars" / "gpu-node-2.yml").write_text(yaml.safe_dump(dict(
         payload, dankfleet_gpu_facts_file=os.path.join(REPO, "tests", "fixtures", "gpu", "rtx3090.facts.json"),
         dankfleet_plan_host_ram_bytes=64 << 30)))
+    (root / "manifest.json").write_text(json.dumps(manifest))
     (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"llm_endpoints": {"hosts": {
         "gpu-node-1": {}, "gpu-node-2": {}}}}}}))
     return root
@@ -116,3 +118,31 @@ def test_offline_check_diff_plans_only_and_says_nothing_was_read(overlay):
     for task in tasks(result):
         if role_of(task) in LATER_ROLES and not short(task).startswith("Validating arguments"):
             assert not ran(task, "gpu-node-2"), task["task"]["name"]
+
+
+def test_a_header_without_a_record_is_read_from_the_manifest_url(overlay, tmp_path):
+    """No record, the payload not on the host: the plan reads the header from the manifest's url (Range requests,
+    the repo's range server) and plans what the record plans - without downloading the model."""
+    by_record = msg_of(playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2"),
+                       "Fleet summary (one verdict per host)")
+    server, port = range_http_server.serve(str(overlay))
+    try:
+        manifest = json.loads((overlay / "manifest.json").read_text())
+        manifest[0]["url"] = "http://127.0.0.1:%d/t.gguf" % port
+        (tmp_path / "vars.json").write_text(json.dumps({"gguf_fetch_manifest": manifest,
+                                                        "dankfleet_plan_header_facts": {}}))
+        result = playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "vars.json"))
+        asked = [r for r in server.requests if r["path"] == "/t.gguf"]
+    finally:
+        server.close()
+    assert msg_of(result, "Fleet summary (one verdict per host)") == by_record
+    assert asked and all(r["status"] == 206 and r["range"].startswith("bytes=") for r in asked)
+    assert sum(r["sent"] for r in asked) <= json.loads((overlay / "t.json").read_text())["tensor_data_offset"] + (1 << 20)
+    # a url that cannot be read: cannot plan, saying why
+    manifest[0]["url"] = "http://127.0.0.1:%d/t.gguf" % port      # the server is gone
+    (tmp_path / "vars.json").write_text(json.dumps({"gguf_fetch_manifest": manifest, "dankfleet_plan_header_facts": {}}))
+    gone = msg_of(playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "vars.json")),
+                  "Fleet summary (one verdict per host)")
+    assert gone[1].startswith("gpu-node-2: cannot plan: the payload is not on the host and the controller holds no GGUF "
+                              "header record of t.gguf (dankfleet_plan_header_facts: file name -> gguf_info JSON); its url "
+                              "could not be read: http://127.0.0.1:%d/t.gguf: cannot read the header" % port), gone

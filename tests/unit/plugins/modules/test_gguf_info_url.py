@@ -150,3 +150,16 @@ def test_header_only_reads_a_file_cut_after_its_tensor_table(tmp_path, capsys):
     short.write_bytes(cut.read_bytes()[:full["tensor_data_offset"] - 40])
     still, _ = run(capsys, path=str(short), header_only=True)
     assert still["failed"] and "truncated" in still["msg"]
+
+
+def test_urls_reads_several_and_reports_the_unreadable(mirror, capsys):
+    root, base, server, models = mirror
+    r, _ = run(capsys, urls={"target": "%s/qwen35-mtp.gguf" % base, "bad": "%s/magic_only.gguf" % base,
+                             "gone": "%s/missing.gguf" % base})
+    assert not r.get("failed") and not r["changed"]
+    files = r["files"]
+    alone, _ = run(capsys, url="%s/qwen35-mtp.gguf" % base)
+    assert files["target"] == dict((k, v) for k, v in alone.items() if k not in ("changed", "invocation"))
+    bad, _ = run(capsys, url="%s/magic_only.gguf" % base)
+    assert files["bad"] == {"url": "%s/magic_only.gguf" % base, "error": bad["msg"]}
+    assert "HTTP 404" in files["gone"]["error"]
