@@ -658,12 +658,13 @@ def facts_from_gguf(g):
     return facts
 
 
-def gguf_facts(path, tensors=False):
+def gguf_facts(path, tensors=False, header_only=False):
     """Read the GGUF at path and return its facts (raises GGUFError naming the file and the problem).
 
     tensors: also the whole tensor table (name, shape, type, offset, nbytes) -- large for big models.
+    header_only: the file may end after its tensor table (read_gguf).
     """
-    g = read_gguf(path)
+    g = read_gguf(path, header_only=header_only)
     facts = facts_from_gguf(g)
     if tensors:
         facts["tensors"] = [t.as_dict() for t in g.tensors]
@@ -684,7 +685,7 @@ def _unreadable(path):
     return None
 
 
-def gguf_files(paths, tensors=False):
+def gguf_files(paths, tensors=False, header_only=False):
     """name -> path of each GGUF file -> name -> its facts plus ``path`` and ``exists``, in one read.
 
     What a plan needs of a payload: which files are there, and the headers of those that are. Nothing raises for
@@ -702,7 +703,7 @@ def gguf_files(paths, tensors=False):
             files[name] = {"path": path, "exists": True, "error": unreadable}
             continue
         try:
-            facts = gguf_facts(path, tensors)
+            facts = gguf_facts(path, tensors, header_only)
         except (GGUFError, OSError) as exc:
             files[name] = {"path": path, "exists": True, "error": str(exc)}
             continue

@@ -147,6 +147,7 @@ CAUSES = {
     "file_bounds": "a tensor whose data lies past the end of the file",
     "limit": "a count or length beyond this reader's sane maxima (stricter than llama.cpp by design)",
     "facts": "metadata llama.cpp refuses when it loads the model (gguf_facts)",
+    "remote": "a url whose server does not answer Range requests truthfully, or that the HTTP client refuses (gguf_remote)",
 }
 SIZE_MAX = (1 << 64) - 1
 GGML_TYPE_COUNT = 43
@@ -297,6 +298,7 @@ class GGUFFile(object):
         self.fields = {}        # key -> python value (arrays as lists)
         self.field_types = {}   # key -> "UINT32" or "ARRAY[STRING]" ...
         self.tensors = []       # GGUFTensor, in file order
+        self.header_only = False  # read with header_only: tensor data need not be in the file
         self._by_name = {}
 
     def get(self, key, default=None):
@@ -353,127 +355,139 @@ def _pad(n, align):
     return n + (-n % align)
 
 
-def read_gguf(path):
+def read_gguf(path, header_only=False):
     """Parse the header, metadata and tensor table of the GGUF file at path.
 
     Every check llama.cpp b11434 makes reading a file (ggml/src/gguf.cpp gguf_init_from_reader, in its order, so
     the first problem found is the one llama.cpp names) and the one its model loader adds (tensor data within the
     file), then this reader's own sane maxima (cause ``limit``).
+
+    header_only: the file may end after its tensor table (a header cut from a model, for planning): the checks
+    of tensor data within the file are skipped; everything up to the end of the tensor table is still checked.
     """
     path = os.fspath(path) if hasattr(os, "fspath") else path
     fh = open_regular(path, GGUFError, "GGUF file")
-    file_size = os.fstat(fh.fileno()).st_size
+    with fh:
+        return read_gguf_from(fh, path, os.fstat(fh.fileno()).st_size, header_only)
+
+
+def read_gguf_from(source, path, file_size, header_only=False):
+    """read_gguf over any byte source: ``source.read(n)`` returns the next n bytes (fewer only at the end).
+
+    path: the name every message gives (a file's path, a redacted url); file_size: the bytes the source holds
+    (a local file's size, the total a server's Content-Range declared). One parser for a file and a url.
+    """
     g = GGUFFile(path)
     g.file_size = file_size
-    with fh:
-        st = _Stream(fh, path, file_size)
-        if file_size < 4:
-            raise GGUFError(path, "not a GGUF file: %d bytes, too short for the 4-byte magic" % file_size, "magic")
-        magic = st.read(4, "magic")
-        if magic != GGUF_MAGIC:
-            raise GGUFError(path, "not a GGUF file: the magic is %r, expected b'GGUF'" % (magic,), "magic")
-        version = st.unpack("I", "version")
-        if version == 0:
-            raise GGUFError(path, "bad GGUF version 0: llama.cpp b11434 reads versions 2 and 3", "version")
-        if version & 0x0000FFFF == 0:
-            swapped = struct.unpack(">I", struct.pack("<I", version))[0]
-            raise GGUFError(path, "the version field reads 0x%08x (%d byte-swapped): a big-endian GGUF, which llama.cpp "
-                            "on a little-endian host refuses (gguf.cpp: host and model endianness mismatch); convert it "
-                            "with gguf-py's gguf_convert_endian.py or fetch the little-endian file"
-                            % (version, swapped), "endian")
-        if version not in GGUF_SUPPORTED_VERSIONS:
-            raise GGUFError(path, "unsupported GGUF version %d: this reader (like llama.cpp b11434) supports versions %s"
-                            % (version, " and ".join(str(v) for v in GGUF_SUPPORTED_VERSIONS)), "version")
-        g.version = version
-        n_tensors = st.unpack("q", "tensor count")
-        if n_tensors < 0 or n_tensors > GGUF_MAX_TENSOR_COUNT:
-            raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected 0..%d (llama.cpp's "
-                            "bound)" % (n_tensors, GGUF_MAX_TENSOR_COUNT), "count")
-        n_kv = st.unpack("q", "metadata count")
-        if n_kv < 0 or n_kv > GGUF_MAX_KV_COUNT:
-            raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected 0..%d (llama.cpp's "
-                            "bound)" % (n_kv, GGUF_MAX_KV_COUNT), "count")
-        # Entries are read one by one, as gguf.cpp does (the first bad one is the one named); a count the file
-        # cannot hold fails at the entry that runs past its end, a count beyond the maxima at that entry.
-        seen_keys = set()
-        for i in range(n_kv):
-            if i >= MAX_METADATA:
-                raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected at most %d"
-                                % (n_kv, MAX_METADATA), "limit")
-            raw_key = st.raw_string("metadata key #%d" % i, maximum=MAX_KEY_BYTES)
-            if not raw_key:
-                raise GGUFError(path, "corrupt: metadata key #%d at offset %d is empty, expected a key name"
-                                % (i, st.pos - 8), "key_empty")
-            # llama.cpp finds a key by its C string (up to a NUL), after judging duplicates on all its bytes
-            key = _decode(raw_key.split(b"\0", 1)[0])
-            if raw_key in seen_keys:
-                raise GGUFError(path, "corrupt: duplicate metadata key %r (metadata #%d)" % (key, i), "key_duplicate")
-            seen_keys.add(raw_key)
-            vtype = st.unpack("I", "type of metadata %r" % key)
-            tname, value = _read_value(st, vtype, "metadata %r" % key)
-            if key not in g.fields:          # gguf_find_key: the first key of that C string
-                g.fields[key] = value
-                g.field_types[key] = tname
-        g.kv_count = n_kv
-        align = g.fields.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
-        if "general.alignment" in g.fields and g.field_types["general.alignment"] != "UINT32":
-            raise GGUFError(path, "corrupt: general.alignment must be UINT32, is %s" % g.field_types["general.alignment"],
-                            "alignment")
-        if align <= 0 or align & (align - 1):
-            raise GGUFError(path, "corrupt: general.alignment %d is not a power of 2" % align, "alignment")
-        g.alignment = align
-        raw_tensors = []
-        seen_names = set()
-        for i in range(n_tensors):
-            if i >= MAX_TENSORS:
-                raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected at most %d"
-                                % (n_tensors, MAX_TENSORS), "limit")
-            raw_name = st.raw_string("name of tensor #%d" % i, maximum=MAX_KEY_BYTES)
-            name = _decode(raw_name.split(b"\0", 1)[0])     # ggml_set_name copies the C string, up to a NUL
-            if len(raw_name) >= GGML_MAX_NAME:
-                raise GGUFError(path, "corrupt: tensor #%d name %r is %d bytes, ggml allows < %d"
-                                % (i, name, len(raw_name), GGML_MAX_NAME), "tensor_name")
-            if raw_name in seen_names:
-                raise GGUFError(path, "corrupt: duplicate tensor name %r (tensor #%d at offset %d)"
-                                % (name, i, st.pos - 8 - len(raw_name)), "tensor_duplicate")
-            seen_names.add(raw_name)
-            n_dims = st.unpack("I", "dimension count of tensor %r" % name)
-            if n_dims > GGML_MAX_DIMS:
-                raise GGUFError(path, "corrupt: tensor %r has %d dimensions, ggml allows at most %d"
-                                % (name, n_dims, GGML_MAX_DIMS), "n_dims")
-            shape = []
-            for j in range(n_dims):
-                d = st.unpack("q", "shape of tensor %r" % name)
-                if d < 0:
-                    raise GGUFError(path, "corrupt: tensor %r dimension %d is %d, expected 0 or more" % (name, j, d),
-                                    "ne_negative")
-                shape.append(d)
-            n_el = 1
-            for d in shape:
-                n_el *= d
-            if n_el > INT64_MAX:
-                raise GGUFError(path, "corrupt: tensor %r shape %s has %d elements, more than int64 (ggml's limit) can "
-                                "count" % (name, shape, n_el), "ne_overflow")
-            type_id = st.unpack("i", "type of tensor %r" % name)
-            if type_id < 0 or type_id >= GGML_TYPE_COUNT or type_id not in GGML_TYPES:
-                raise GGUFError(path, "tensor %r has ggml type %d, which llama.cpp b11434 does not know (known: 0..%d "
-                                "but 4, 5, 31-33, 36-38, which it removed)" % (name, type_id, GGML_TYPE_COUNT - 1),
-                                "tensor_type")
-            tname, blck, tsize = GGML_TYPES[type_id]
-            ne0 = shape[0] if shape else 1
-            if ne0 % blck:
-                raise GGUFError(path, "corrupt: tensor %r row of %d elements is not a multiple of the %s block size %d "
-                                "(a quantized row is whole blocks)" % (name, ne0, tname, blck), "block_multiple")
-            if n_el // blck > SIZE_MAX // tsize:
-                raise GGUFError(path, "corrupt: tensor %r shape %s of %s is more than 2^64 bytes" % (name, shape, tname),
-                                "nbytes_overflow")
-            rel_offset = st.unpack("Q", "data offset of tensor %r" % name)
-            raw_tensors.append((name, shape, type_id, rel_offset))
-        g.data_offset = _pad(st.pos, align) if n_tensors > 0 else st.pos
-        if g.data_offset > file_size:
-            raise GGUFError(path, "truncated: the data section starts at byte %d (the tensor table padded to %d), past "
-                            "the end of the file at %d; re-fetch the file" % (g.data_offset, align, file_size),
-                            "data_section")
+    g.header_only = bool(header_only)
+    st = _Stream(source, path, file_size)
+    if file_size < 4:
+        raise GGUFError(path, "not a GGUF file: %d bytes, too short for the 4-byte magic" % file_size, "magic")
+    magic = st.read(4, "magic")
+    if magic != GGUF_MAGIC:
+        raise GGUFError(path, "not a GGUF file: the magic is %r, expected b'GGUF'" % (magic,), "magic")
+    version = st.unpack("I", "version")
+    if version == 0:
+        raise GGUFError(path, "bad GGUF version 0: llama.cpp b11434 reads versions 2 and 3", "version")
+    if version & 0x0000FFFF == 0:
+        swapped = struct.unpack(">I", struct.pack("<I", version))[0]
+        raise GGUFError(path, "the version field reads 0x%08x (%d byte-swapped): a big-endian GGUF, which llama.cpp "
+                        "on a little-endian host refuses (gguf.cpp: host and model endianness mismatch); convert it "
+                        "with gguf-py's gguf_convert_endian.py or fetch the little-endian file"
+                        % (version, swapped), "endian")
+    if version not in GGUF_SUPPORTED_VERSIONS:
+        raise GGUFError(path, "unsupported GGUF version %d: this reader (like llama.cpp b11434) supports versions %s"
+                        % (version, " and ".join(str(v) for v in GGUF_SUPPORTED_VERSIONS)), "version")
+    g.version = version
+    n_tensors = st.unpack("q", "tensor count")
+    if n_tensors < 0 or n_tensors > GGUF_MAX_TENSOR_COUNT:
+        raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected 0..%d (llama.cpp's "
+                        "bound)" % (n_tensors, GGUF_MAX_TENSOR_COUNT), "count")
+    n_kv = st.unpack("q", "metadata count")
+    if n_kv < 0 or n_kv > GGUF_MAX_KV_COUNT:
+        raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected 0..%d (llama.cpp's "
+                        "bound)" % (n_kv, GGUF_MAX_KV_COUNT), "count")
+    # Entries are read one by one, as gguf.cpp does (the first bad one is the one named); a count the file
+    # cannot hold fails at the entry that runs past its end, a count beyond the maxima at that entry.
+    seen_keys = set()
+    for i in range(n_kv):
+        if i >= MAX_METADATA:
+            raise GGUFError(path, "corrupt header: the metadata count at offset 16 is %d, expected at most %d"
+                            % (n_kv, MAX_METADATA), "limit")
+        raw_key = st.raw_string("metadata key #%d" % i, maximum=MAX_KEY_BYTES)
+        if not raw_key:
+            raise GGUFError(path, "corrupt: metadata key #%d at offset %d is empty, expected a key name"
+                            % (i, st.pos - 8), "key_empty")
+        # llama.cpp finds a key by its C string (up to a NUL), after judging duplicates on all its bytes
+        key = _decode(raw_key.split(b"\0", 1)[0])
+        if raw_key in seen_keys:
+            raise GGUFError(path, "corrupt: duplicate metadata key %r (metadata #%d)" % (key, i), "key_duplicate")
+        seen_keys.add(raw_key)
+        vtype = st.unpack("I", "type of metadata %r" % key)
+        tname, value = _read_value(st, vtype, "metadata %r" % key)
+        if key not in g.fields:          # gguf_find_key: the first key of that C string
+            g.fields[key] = value
+            g.field_types[key] = tname
+    g.kv_count = n_kv
+    align = g.fields.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    if "general.alignment" in g.fields and g.field_types["general.alignment"] != "UINT32":
+        raise GGUFError(path, "corrupt: general.alignment must be UINT32, is %s" % g.field_types["general.alignment"],
+                        "alignment")
+    if align <= 0 or align & (align - 1):
+        raise GGUFError(path, "corrupt: general.alignment %d is not a power of 2" % align, "alignment")
+    g.alignment = align
+    raw_tensors = []
+    seen_names = set()
+    for i in range(n_tensors):
+        if i >= MAX_TENSORS:
+            raise GGUFError(path, "corrupt header: the tensor count at offset 8 is %d, expected at most %d"
+                            % (n_tensors, MAX_TENSORS), "limit")
+        raw_name = st.raw_string("name of tensor #%d" % i, maximum=MAX_KEY_BYTES)
+        name = _decode(raw_name.split(b"\0", 1)[0])     # ggml_set_name copies the C string, up to a NUL
+        if len(raw_name) >= GGML_MAX_NAME:
+            raise GGUFError(path, "corrupt: tensor #%d name %r is %d bytes, ggml allows < %d"
+                            % (i, name, len(raw_name), GGML_MAX_NAME), "tensor_name")
+        if raw_name in seen_names:
+            raise GGUFError(path, "corrupt: duplicate tensor name %r (tensor #%d at offset %d)"
+                            % (name, i, st.pos - 8 - len(raw_name)), "tensor_duplicate")
+        seen_names.add(raw_name)
+        n_dims = st.unpack("I", "dimension count of tensor %r" % name)
+        if n_dims > GGML_MAX_DIMS:
+            raise GGUFError(path, "corrupt: tensor %r has %d dimensions, ggml allows at most %d"
+                            % (name, n_dims, GGML_MAX_DIMS), "n_dims")
+        shape = []
+        for j in range(n_dims):
+            d = st.unpack("q", "shape of tensor %r" % name)
+            if d < 0:
+                raise GGUFError(path, "corrupt: tensor %r dimension %d is %d, expected 0 or more" % (name, j, d),
+                                "ne_negative")
+            shape.append(d)
+        n_el = 1
+        for d in shape:
+            n_el *= d
+        if n_el > INT64_MAX:
+            raise GGUFError(path, "corrupt: tensor %r shape %s has %d elements, more than int64 (ggml's limit) can "
+                            "count" % (name, shape, n_el), "ne_overflow")
+        type_id = st.unpack("i", "type of tensor %r" % name)
+        if type_id < 0 or type_id >= GGML_TYPE_COUNT or type_id not in GGML_TYPES:
+            raise GGUFError(path, "tensor %r has ggml type %d, which llama.cpp b11434 does not know (known: 0..%d "
+                            "but 4, 5, 31-33, 36-38, which it removed)" % (name, type_id, GGML_TYPE_COUNT - 1),
+                            "tensor_type")
+        tname, blck, tsize = GGML_TYPES[type_id]
+        ne0 = shape[0] if shape else 1
+        if ne0 % blck:
+            raise GGUFError(path, "corrupt: tensor %r row of %d elements is not a multiple of the %s block size %d "
+                            "(a quantized row is whole blocks)" % (name, ne0, tname, blck), "block_multiple")
+        if n_el // blck > SIZE_MAX // tsize:
+            raise GGUFError(path, "corrupt: tensor %r shape %s of %s is more than 2^64 bytes" % (name, shape, tname),
+                            "nbytes_overflow")
+        rel_offset = st.unpack("Q", "data offset of tensor %r" % name)
+        raw_tensors.append((name, shape, type_id, rel_offset))
+    g.data_offset = _pad(st.pos, align) if n_tensors > 0 else st.pos
+    if g.data_offset > file_size and not header_only:
+        raise GGUFError(path, "truncated: the data section starts at byte %d (the tensor table padded to %d), past "
+                        "the end of the file at %d; re-fetch the file" % (g.data_offset, align, file_size),
+                        "data_section")
 
     # gguf.cpp: each tensor's data starts where the previous one's (padded to the alignment) ends, in table order
     expected = 0
@@ -497,7 +511,7 @@ def read_gguf(path):
         nbytes = tensor_nbytes(type_id, shape)
         start = g.data_offset + rel_offset
         end = start + nbytes
-        if end > file_size:
+        if end > file_size and not header_only:
             raise GGUFError(path, "truncated: tensor %r needs bytes %d..%d but the file has only %d bytes "
                             "(%d missing); re-fetch the file" % (name, start, end, file_size, end - file_size),
                             "file_bounds")

@@ -43,8 +43,50 @@ options:
   path:
     description:
       - The GGUF file (model, draft model or mmproj) on the target host.
-      - One of O(path) and O(paths) is required.
+      - One of O(path), O(paths), O(url) and O(urls) is required.
     type: path
+  url:
+    description:
+      - An C(http://) or C(https://) URL of a GGUF file (a manifest's C(url)) whose header is read with HTTP Range
+        requests -- plan a model before it is downloaded. Returns the same keys as O(path) would for the file
+        (C(path) is then the URL without credentials or query), plus RV(url), RV(bytes_fetched) and RV(requests).
+      - Only the header and the tensor table are read, never the tensor data -- ranges from 1 MiB, doubling while the
+        parser needs more, never past 256 MiB (the reader's header limit) or 64 requests.
+      - Through the collection's one HTTP client, with M(dankfleet.llm.gguf_fetch)'s rules -- a deadline of O(timeout) seconds
+        per request, proxies from the environment, redirects only to http(s) and never https to http, to a
+        link-local address or from a public host to a private one, no credentials in the URL.
+      - A server that ignores Range (200 with the whole body), answers a Content-Range other than the bytes asked
+        (or with another length, or a size that changes between answers) or an encoded body is refused by name;
+        what O(path) refuses of the file, O(url) refuses for the same cause.
+    type: str
+  urls:
+    description:
+      - Several GGUF URLs in one call, a name (for example the payload role) mapped to each URL, each read as O(url)
+        reads one; the result is RV(files), keyed the same way, each entry what O(url) returns or C(url) and
+        C(error) (the message O(url) would fail with) -- nothing here fails the task, as with O(paths).
+    type: dict
+  token:
+    description:
+      - "With O(url) or O(urls), a bearer token for gated repositories, sent as C(Authorization: Bearer <token>) only to the
+        origin of O(url) (as M(dankfleet.llm.gguf_fetch) sends it). Never logged; one with surrounding whitespace
+        or a control character is refused unshown."
+    type: str
+  timeout:
+    description: With O(url) or O(urls), the seconds each Range request may take, connect to the last byte.
+    type: float
+    default: 30.0
+  validate_certs:
+    description: With O(url) or O(urls), verify the server's TLS certificate.
+    type: bool
+    default: true
+  header_only:
+    description:
+      - The file given by O(path) or O(paths) may end after its tensor table (a header cut from a model, for example
+        C(head -c) of a download, or the first bytes of a partial one) -- tensor data past the end of the file is then
+        not refused; everything up to the end of the tensor table is still checked. RV(file_size) is then the bytes
+        on disk.
+    type: bool
+    default: false
   paths:
     description:
       - Several GGUF files in one call, a name (for example the payload role - V(target), V(drafter), V(mmproj))
@@ -71,6 +113,12 @@ EXAMPLES = r"""
     path: /home/dank/models/Qwen3.8-27B-DSpark-GGUF/Qwen3.8-27B-DSpark-Q8_0.gguf
   register: __drafter
 
+- name: Plan a model before downloading it -- its header from the manifest's url
+  dankfleet.llm.gguf_info:
+    url: https://huggingface.co/unsloth/Qwen3-30B-A3B-GGUF/resolve/main/Qwen3-30B-A3B-Q4_K_M.gguf
+    token: "{{ hf_token | default(omit) }}"
+  register: __target
+
 - name: A drafter without a sliding window caches the whole target window
   ansible.builtin.debug:
     msg: "sliding_window={{ __drafter.sliding_window }} block_size={{ __drafter.block_size }}"
@@ -79,68 +127,69 @@ EXAMPLES = r"""
 RETURN = r"""
 files:
   description:
+    - With O(urls), each name mapped to what O(url) returns, or C(url) and C(error).
     - With O(paths), each name mapped to C(path), C(exists) (something is at the path - a symbolic link loop is
       there and unreadable, never absent) and either every key below (the file was read) or C(error) (why it could
       not be; absent files have neither).
-  returned: when O(paths) is given (then alone - every other key below is in each of its entries instead)
+  returned: when O(paths) or O(urls) is given (then alone - every other key below is in each of its entries instead)
   type: dict
   sample: {"target": {"path": "/var/lib/dankfleet/models/m/m.gguf", "exists": true, "architecture": "qwen35"},
            "drafter": {"path": "/var/lib/dankfleet/models/d/d.gguf", "exists": false}}
 path:
   description: The file read.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: str
 file_size:
   description: Bytes on disk.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 gguf_version:
   description: GGUF format version (2 or 3).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 endian:
   description: Byte order of the file, C(little) (a big-endian file is refused on a little-endian host).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: str
 alignment:
   description: C(general.alignment), the padding of the tensor data (32 unless set).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 metadata_count:
   description: Number of metadata keys.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 name:
   description: C(general.name); null when unset.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: str
 file_type:
   description: C(general.file_type), llama.cpp's number for the weights' quantization; null when unset.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 tensor_data_offset:
   description: Where tensor data starts (header and metadata size, padded to the alignment).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 tensor_count:
   description: Number of tensors.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 tensor_bytes_total:
   description: Sum of all tensors' bytes, computed from ggml type block sizes.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 tensor_types:
   description: Count of tensors per ggml type.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: dict
 architecture:
   description: C(general.architecture).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: str
 architecture_supported:
   description: Whether the layer kinds of this architecture are derived (fit_plan refuses the others).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: bool
 is_drafter:
   description: Whether the file is a drafter, not a model llama-server serves -- a C(dflash) (DFlash, DFlash2,
@@ -154,15 +203,15 @@ drafter_reason:
   type: str
 is_mmproj:
   description: The file is a multimodal projector (C(clip) architecture).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: bool
 mmproj:
   description: For an mmproj -- C(projector_type), C(has_vision_encoder), C(has_audio_encoder), C(bytes).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: dict
 mmproj_bytes:
   description: Tensor bytes of an mmproj (0 otherwise).
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: int
 block_count:
   description: C(<arch>.block_count), nextn blocks included.
@@ -281,12 +330,12 @@ layers:
     tensors C(ffn_*_exps), what C(--n-cpu-moe) moves to the host), C(non_expert_bytes) (the rest of the block),
     C(expert_tensor_bytes_max) (its largest expert tensor), C(n_ff_exp) and C(n_ff_shexp) (expert and shared-expert
     FFN widths, read off the tensors); 0 on a dense layer.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: list
   elements: dict
 layer_kinds:
   description: The C(kind) of every layer, in order.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: list
   elements: str
 layer_counts:
@@ -333,8 +382,20 @@ mask_token_id:
   type: int
 metadata:
   description: Every key/value pair; arrays longer than 64 elements are summarised as type and length.
-  returned: when O(path) is given
+  returned: when O(path) or O(url) is given
   type: dict
+url:
+  description: The URL read, without credentials or query.
+  returned: when O(url) is given
+  type: str
+bytes_fetched:
+  description: Bytes received to read the header (the header and the tensor table, rounded up to the last range).
+  returned: when O(url) is given
+  type: int
+requests:
+  description: Range requests made.
+  returned: when O(url) is given
+  type: int
 tensors:
   description: The tensor table, when O(tensors=true).
   returned: when requested
@@ -345,6 +406,8 @@ tensors:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts, gguf_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_remote import gguf_url_facts, gguf_url_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import redact, url_credentials
 
 
 def main():
@@ -352,17 +415,39 @@ def main():
         argument_spec=dict(
             path=dict(type="path"),
             paths=dict(type="dict"),
+            url=dict(type="str"),
+            urls=dict(type="dict"),
+            token=dict(type="str", no_log=True),
+            timeout=dict(type="float", default=30.0),
+            validate_certs=dict(type="bool", default=True),
+            header_only=dict(type="bool", default=False),
             tensors=dict(type="bool", default=False),
         ),
-        mutually_exclusive=[("path", "paths")],
-        required_one_of=[("path", "paths")],
+        mutually_exclusive=[("path", "paths", "url", "urls")],
+        required_one_of=[("path", "paths", "url", "urls")],
         supports_check_mode=True,
     )
-    if module.params["paths"] is not None:
-        module.exit_json(changed=False, files=gguf_files(module.params["paths"], module.params["tensors"]))
-    path = module.params["path"]
+    p = module.params
+    for url in [p["url"] or ""] + [str(u) for u in (p["urls"] or {}).values()]:
+        for secret in url_credentials(url):
+            module.no_log_values.add(secret)    # refused by the client; never in the invocation or a message
+    if (p["token"] or "").strip():
+        module.no_log_values.add(p["token"].strip())
+    if p["urls"] is not None:
+        module.exit_json(changed=False, files=gguf_url_files(p["urls"], token=p["token"], tensors=p["tensors"],
+                                                             timeout=p["timeout"], validate_certs=p["validate_certs"]))
+    if p["url"] is not None:
+        try:
+            facts = gguf_url_facts(p["url"], token=p["token"], tensors=p["tensors"], timeout=p["timeout"],
+                                   validate_certs=p["validate_certs"])
+        except GGUFError as exc:
+            module.fail_json(msg=str(exc), url=redact(p["url"]))
+        module.exit_json(changed=False, **facts)
+    if p["paths"] is not None:
+        module.exit_json(changed=False, files=gguf_files(p["paths"], p["tensors"], p["header_only"]))
+    path = p["path"]
     try:
-        facts = gguf_facts(path, module.params["tensors"])
+        facts = gguf_facts(path, p["tensors"], p["header_only"])
     except GGUFError as exc:
         module.fail_json(msg=str(exc), path=path)
     module.exit_json(changed=False, **facts)

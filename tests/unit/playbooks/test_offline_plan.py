@@ -1,0 +1,148 @@
+"""Offline never reads the controller as a host (issue 37): an offline plan uses the recorded board, RAM and GGUF
+headers of a host, or says which record it lacks and how to make it - the GPU and payload reads of the host never
+run (they would run on the controller). An offline --check --diff plans, says nothing of the host was read, and
+stops there (it used to show the controller's files, users and ports as the host's: changed=13).
+
+The sample inventory (inventory/sample) with a second -i that fills one host the way an operator would:
+gpu-node-2 gets a board (tests/fixtures/gpu/rtx3090.facts.json), its RAM and a header record of a generated model;
+gpu-node-1 gets a filled payload and nothing recorded. ~3 s per run."""
+import json
+import os
+import subprocess
+
+import gen_models
+import pytest
+import range_http_server
+import yaml
+
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import BIN, REPO, ansible_env
+
+HOST_READS = ("Read the host's GPUs and PCIe topology", "Look for the payload and read its GGUF headers",
+              "Read the host's RAM, when the play gathered no facts")
+LATER_ROLES = ("llama_cpp_build", "gguf_fetch", "llama_server", "runtime_retire", "llm_observability")
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory):
+    root = tmp_path_factory.mktemp("overlay")
+    model = gen_models.write_model("dense-llama", root / "t.gguf")
+    (root / "t.json").write_text(json.dumps(gguf_facts(model["path"])))
+    manifest = [{"name": "t", "role": "target", "repo": "org/t", "revision": "main", "file": "t.gguf",
+                 "url": "https://example.invalid/org/t/resolve/main/t.gguf", "size": model["size"],
+                 "sha256": model["sha256"]}]
+    payload = {"gguf_fetch_manifest": manifest, "dankfleet_plan_header_facts": {"t.gguf": str(root / "t.json")},
+               "llama_server_vision": False, "llama_server_spec_type": []}
+    (root / "host_vars").mkdir()
+    (root / "host_vars" / "gpu-node-1.yml").write_text(yaml.safe_dump(payload))
+    (root / "host_vars" / "gpu-node-2.yml").write_text(yaml.safe_dump(dict(
+        payload, dankfleet_gpu_facts_file=os.path.join(REPO, "tests", "fixtures", "gpu", "rtx3090.facts.json"),
+        dankfleet_plan_host_ram_bytes=64 << 30)))
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"llm_endpoints": {"hosts": {
+        "gpu-node-1": {}, "gpu-node-2": {}}}}}}))
+    return root
+
+
+def playbook(overlay, playbook_path, *args):
+    env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+                      PATH="%s:%s" % (BIN, os.environ["PATH"]))
+    run = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "inventory/sample", "-i", str(overlay / "hosts.yml"),
+                          "-e", "dankfleet_offline=true", playbook_path] + list(args),
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+def short(task):
+    """A task's name without its role's prefix (the json callback names a role's task '<role> : <task>')."""
+    return task["task"]["name"].split(" : ", 1)[-1]
+
+
+def role_of(task):
+    name = task["task"]["name"]
+    return name.split(" : ", 1)[0].rsplit(".", 1)[-1] if " : " in name else None
+
+
+def tasks(result):
+    return [t for play in result["plays"] for t in play["tasks"]]
+
+
+def ran(task, host):
+    r = task["hosts"].get(host)
+    return r is not None and not r.get("skipped")
+
+
+def msg_of(result, name):
+    (task,) = [t for t in tasks(result) if short(t) == name]
+    return next(r["msg"] for r in task["hosts"].values() if "msg" in r)
+
+
+def test_offline_plan_uses_records_or_names_the_missing_one(overlay):
+    result = playbook(overlay, "playbooks/plan.yml")
+    for task in tasks(result):
+        if short(task) in HOST_READS:
+            assert not any(ran(task, h) for h in ("gpu-node-1", "gpu-node-2")), task["task"]["name"]
+    summary = msg_of(result, "Fleet summary (one verdict per host)")
+    assert summary[0] == "fleet: 2 host(s), 1 fit, 0 do not fit, 1 not planned"
+    # the recorded board's card, never the controller's
+    assert summary[2].startswith("gpu-node-2: fits - split none - one CUDA0")
+    assert summary[1] == ("gpu-node-1: cannot plan: no recorded board for gpu-node-1 (dankfleet_gpu_facts_file); no "
+                          "recorded RAM for gpu-node-1 (dankfleet_plan_host_ram_bytes); offline, nothing of the host is "
+                          "read: record it (checklist)")
+    checklist = msg_of(result, "Checklist - everything still to fill, every host")
+    dest = os.path.join(REPO, "inventory", "sample", "boards", "gpu-node-1.facts.json")
+    assert ("gpu-node-1: dankfleet_gpu_facts_file: no recorded board to plan offline - record one: ansible gpu-node-1 "
+            "-m dankfleet.llm.gpu_info --tree /tmp/dankfleet-boards && mv /tmp/dankfleet-boards/gpu-node-1 %s, then set "
+            "dankfleet_gpu_facts_file: %s in its host_vars" % (dest, dest)) in checklist
+    assert any(line.startswith("gpu-node-1: dankfleet_plan_host_ram_bytes: no recorded RAM") for line in checklist)
+    assert not any(line.startswith("gpu-node-2: dankfleet_") for line in checklist), checklist
+
+
+def test_a_board_file_the_controller_does_not_hold_is_no_record(overlay, tmp_path):
+    result = playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2",
+                      "-e", "dankfleet_gpu_facts_file=%s" % (tmp_path / "missing.json"))
+    summary = msg_of(result, "Fleet summary (one verdict per host)")
+    assert summary[1].startswith("gpu-node-2: cannot plan: no recorded board for gpu-node-2 (dankfleet_gpu_facts_file: "
+                                 "%s is not a file on the controller)" % (tmp_path / "missing.json"))
+
+
+def test_offline_check_diff_plans_only_and_says_nothing_was_read(overlay):
+    result = playbook(overlay, "deploy.yml", "--check", "--diff", "--limit", "gpu-node-2")
+    assert result["stats"]["gpu-node-2"]["changed"] == 0
+    said = msg_of(result, "Offline - say that nothing of the host was read")
+    assert said.startswith("offline: gpu-node-2 was planned from the controller's records only - nothing of the host "
+                           "was read")
+    names = [short(t) for t in tasks(result)]
+    assert "Show the capacity table" in names
+    for task in tasks(result):
+        if role_of(task) in LATER_ROLES and not short(task).startswith("Validating arguments"):
+            assert not ran(task, "gpu-node-2"), task["task"]["name"]
+
+
+def test_a_header_without_a_record_is_read_from_the_manifest_url(overlay, tmp_path):
+    """No record, the payload not on the host: the plan reads the header from the manifest's url (Range requests,
+    the repo's range server) and plans what the record plans - without downloading the model."""
+    by_record = msg_of(playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2"),
+                       "Fleet summary (one verdict per host)")
+    server, port = range_http_server.serve(str(overlay))
+    try:
+        manifest = json.loads((overlay / "manifest.json").read_text())
+        manifest[0]["url"] = "http://127.0.0.1:%d/t.gguf" % port
+        (tmp_path / "vars.json").write_text(json.dumps({"gguf_fetch_manifest": manifest,
+                                                        "dankfleet_plan_header_facts": {}}))
+        result = playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "vars.json"))
+        asked = [r for r in server.requests if r["path"] == "/t.gguf"]
+    finally:
+        server.close()
+    assert msg_of(result, "Fleet summary (one verdict per host)") == by_record
+    assert asked and all(r["status"] == 206 and r["range"].startswith("bytes=") for r in asked)
+    assert sum(r["sent"] for r in asked) <= json.loads((overlay / "t.json").read_text())["tensor_data_offset"] + (1 << 20)
+    # a url that cannot be read: cannot plan, saying why
+    manifest[0]["url"] = "http://127.0.0.1:%d/t.gguf" % port      # the server is gone
+    (tmp_path / "vars.json").write_text(json.dumps({"gguf_fetch_manifest": manifest, "dankfleet_plan_header_facts": {}}))
+    gone = msg_of(playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "vars.json")),
+                  "Fleet summary (one verdict per host)")
+    assert gone[1].startswith("gpu-node-2: cannot plan: the payload is not on the host and the controller holds no GGUF "
+                              "header record of t.gguf (dankfleet_plan_header_facts: file name -> gguf_info JSON); its url "
+                              "could not be read: http://127.0.0.1:%d/t.gguf: cannot read the header" % port), gone
