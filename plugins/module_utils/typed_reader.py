@@ -375,7 +375,8 @@ def bound(value, source, path='', max_depth=JSON_DEPTH, max_nodes=JSON_NODES):
                 raise ShapeError(source, at, 'an integer beyond 64 bits')
         elif isinstance(v, float):
             if not math.isfinite(v):
-                raise ShapeError(source, at, '%s is not a finite number' % quote(v))
+                raise ShapeError(source, at, '%s is not a finite number (NaN and the infinities are not numbers JSON '
+                                 'allows)' % quote(v))
         else:
             raise ShapeError(source, at, '%s is not a JSON value' % kind(v))
 
@@ -385,8 +386,10 @@ def read(shape, value, source, path=''):
     return shape.read(value, source, path)
 
 
-def _refuse_constant(name):
-    raise ValueError('%s is not a number JSON allows' % name)
+def _constant(name):
+    # NaN, Infinity and -Infinity are no JSON numbers: read them as floats so that bound() refuses each by its path
+    # inside the document (``gpus[0].narrowest_link_gbps: nan is not a finite number``)
+    return float(name.replace('Infinity', 'inf'))
 
 
 def _parse_int(text):
@@ -409,7 +412,7 @@ def load_json(text, source, shape=None, max_bytes=JSON_BYTES, max_depth=JSON_DEP
     if len(text) > max_bytes:
         raise ShapeError(source, '', 'an answer of %d characters: at most %d' % (len(text), max_bytes))
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_parse_int)
+        value = json.loads(text, parse_constant=_constant, parse_int=_parse_int)
     except RecursionError:
         raise ShapeError(source, '', 'nested deeper than %d levels' % max_depth)
     except ValueError as exc:

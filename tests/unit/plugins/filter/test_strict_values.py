@@ -87,7 +87,7 @@ def test_strict_values_refuse_non_finite(value):
         sv.finite(value, "x")
     with pytest.raises(ValueError, match="NaN and infinities are refused"):
         sv.finite_float(repr(value), "x")
-    with pytest.raises(tr.ShapeError, match="not a number JSON allows"):
+    with pytest.raises(tr.ShapeError, match="not numbers JSON allows"):
         tr.load_json(json.dumps({"a": value}), "x")
 
 
@@ -101,7 +101,7 @@ def test_plan_actual_refuses_a_plan_byte_count_that_is_not_one(value):
 def test_plan_actual_refuses_nan_in_its_records_file(tmp_path):
     path = tmp_path / "plan-vs-actual.json"
     path.write_text('[{"devices": [{"measured_total": NaN}]}]')
-    with pytest.raises(PlanActualError, match=r"NaN is not a number JSON allows.*move it aside"):
+    with pytest.raises(PlanActualError, match=r"nan is not a finite number.*move it aside"):
         load_records(str(path))
 
 
