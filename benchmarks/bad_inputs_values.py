@@ -453,5 +453,5 @@ def cases(tmp, Case):
         fh.write('{"gpus": [{"pci_address": "0000:03:00.0", "vendor": "amd", "vram_total_bytes": 1, '
                  '"narrowest_link_gbps": NaN}]}')
     out.append(Case("gpu_facts recorded NaN", "dankfleet.llm.gpu_info", {"facts_file": nan},
-                    refuse=r"gpus\[0\]\.narrowest_link_gbps is not a finite number"))
+                    refuse=r"gpus\[0\]\.narrowest_link_gbps: nan is not a finite number"))
     return out
