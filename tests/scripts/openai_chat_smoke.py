@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) dankfleet engineers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A small operator's battery command (llama_server_verify_commands): one chat completion through the OpenAI
