@@ -663,6 +663,26 @@ def _overhead(ep, expect, o):
     return max(0, measured - len(_tokens(ep, 'ok', o['request_timeout'])))
 
 
+def _prompt_budget(expect):
+    """Tokens a check's own prompt may take of one slot: half of it (the template, the answer and a carried-on
+    turn fit in the rest); 0 when the env file names no CTX_SIZE (then the server's own limit answers)."""
+    return expect['slot_ctx'] // 2 if expect['slot_ctx'] else 0
+
+
+def _fit(ep, make, words, budget, o):
+    """make(words), shortened until its tokens (through /tokenize) fit budget: a check never sends a prompt the
+    slot the env file configures cannot hold."""
+    text = make(words)
+    for _ in range(4):
+        count = len(_tokens(ep, text, o['request_timeout']))
+        if not budget or count <= budget:
+            return text
+        words = max(8, int(words * budget / float(count) * 0.9))
+        text = make(words)
+    raise VerifyError('a prompt of %d words is still %d tokens, above the %d tokens half a slot holds: the '
+                      'tokenizer spends more than it should on plain words' % (words, count, budget))
+
+
 def drafter_prompts(ep, expect, o):
     """One prompt per slot whose text (read back through /tokenize) repeats no n-gram of ``n_match`` tokens, and
     the max_tokens that keeps ngram-mod's lookup window (the last n_match tokens) on that new text: the model
@@ -673,9 +693,11 @@ def drafter_prompts(ep, expect, o):
     if expect['ngram']:
         max_tokens = max(2, min(max_tokens, n - overhead - 1))
     prompts = []
+    budget = _prompt_budget(expect)
     for slot in range(expect['slots']):
         for attempt in range(3):
-            text = novel_prose(200, _seed() + 7919 * slot + attempt)
+            seed = _seed() + 7919 * slot + attempt
+            text = _fit(ep, lambda words, seed=seed: novel_prose(words, seed), 200, budget, o)
             at = repeated_ngram(_tokens(ep, text, o['request_timeout']), n)
             if at < 0:
                 break
@@ -820,7 +842,11 @@ def _token_at(ep, text, char, o):
 def check_isolation(ep, expect, o):
     figures = {'slots': []}
     problems = []
-    conversation = [{'role': 'user', 'content': 'Read this list and remember it: ' + filler(o['isolation_words'])},
+    try:
+        listing = _fit(ep, filler, o['isolation_words'], _prompt_budget(expect), o)
+    except VerifyError as exc:
+        return 'fail', str(exc), figures
+    conversation = [{'role': 'user', 'content': 'Read this list and remember it: ' + listing},
                     {'role': 'assistant', 'content': 'I have read the list.'},
                     {'role': 'user', 'content': 'Which word came first, and which one came most often?'}]
     for slot in range(expect['slots']):
