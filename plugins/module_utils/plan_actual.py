@@ -82,8 +82,10 @@ _UUID = Str(max_len=128, name=True)
 _PLAN_BYTES = Int(-2 ** 62, 2 ** 62)       # a fit_plan byte count (an error term may be negative)
 _PID = Int(1, PID_MAX, text=True)
 # gpu_facts' gpus as this module reads them: a name and a PCI address (every other key is dropped here).
-_GPUS = List(Obj({"name": Str(max_len=64, name=True), "pci_address": Optional(Str(max_len=64, name=True))},
-                 required=("name",)), max_len=1024)
+# gpu_facts' cards: a card it could not name (an integrated GPU it does not serve on) has a null name and is not
+# one the plan places anything on
+_GPUS = List(Obj({"name": Optional(Str(max_len=64, name=True)), "pci_address": Optional(Str(max_len=64, name=True))}),
+             max_len=1024)
 
 
 class PlanActualError(Exception):

@@ -420,3 +420,12 @@ def test_issue_a_stamp_the_service_user_could_write_is_not_repeated(tmp_path):
     os.chmod(model + pa.STAMP_SUFFIX, 0o644)
     os.link(model + pa.STAMP_SUFFIX, str(tmp_path / 'other'))
     assert pa.model_sha256(model)[0] is None
+
+
+def test_a_card_gpu_facts_could_not_name_is_read_not_refused():
+    # the rehearsal's board has an integrated GPU gpu_facts names null: the plan places nothing on it
+    got = pa._GPUS.read([{"name": "ROCm0", "pci_address": "0000:03:00.0"}, {"name": None, "pci_address": None},
+                         {"pci_address": "0000:7a:00.0"}], "plan_actual", "gpus")
+    assert [g.get("name") for g in got] == ["ROCm0", None, None]
+    with pytest.raises(tr.ShapeError, match=r"gpus\[0\]\.name"):
+        pa._GPUS.read([{"name": "ROCm0\n"}], "plan_actual", "gpus")
