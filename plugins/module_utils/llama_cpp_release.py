@@ -1217,12 +1217,35 @@ def adopt_plan(source, prefix, mode, verify_args, now=None):
             'up_to_date': up_to_date, 'message': message, 'inputs': inputs, 'outputs': outputs, 'verify': checked}
 
 
+def install_staged(staging, release_dir, fill, inputs, outputs, verify_args, what):
+    """fill(staging) lays a release out in the staging dir; the stamp is written, the staging dir verified like any
+    release and renamed into place. A failure leaves neither a release dir nor the staging dir. Returns (what fill
+    returned, the verification)."""
+    try:
+        filled = fill(staging)
+        write_stamp(staging, inputs, outputs)
+        checked = verify(staging, **verify_args)
+        if checked['problems']:
+            raise ReleaseError('%s failed verification, nothing was installed:\n- %s'
+                               % (what, '\n- '.join(checked['problems'])))
+        install(staging, release_dir)
+    finally:
+        if os.path.lexists(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(staging))
+        except OSError:
+            pass
+    return filled, checked
+
+
 def adopt(adoption, verify_args):
     """Register a proved tree as a release: its bin/ and lib/ copied (symlinks kept as symlinks) or linked into a
-    staging dir, the stamp written, the staging dir verified like any release and renamed into place. The tree
-    itself is only read; a failure leaves no release dir. Returns the verification of the new release."""
-    staging, source = adoption['staging_dir'], adoption['source']
-    try:
+    staging dir, then install_staged. The tree itself is only read; a failure leaves no release dir. Returns the
+    verification of the new release."""
+    source = adoption['source']
+
+    def fill(staging):
         if os.path.lexists(staging):
             shutil.rmtree(staging)
         os.makedirs(staging)
@@ -1234,17 +1257,6 @@ def adopt(adoption, verify_args):
                 os.symlink(os.path.realpath(src), os.path.join(staging, part))
             else:
                 shutil.copytree(src, os.path.join(staging, part), symlinks=True)
-        write_stamp(staging, adoption['inputs'], adoption['outputs'])
-        checked = verify(staging, **verify_args)
-        if checked['problems']:
-            raise ReleaseError("the adopted %s failed verification, nothing was installed:\n- %s"
-                               % (adoption['release_dir'], '\n- '.join(checked['problems'])))
-        install(staging, adoption['release_dir'])
-    finally:
-        if os.path.lexists(staging):
-            shutil.rmtree(staging, ignore_errors=True)
-        try:
-            os.rmdir(os.path.dirname(staging))
-        except OSError:
-            pass
-    return checked
+
+    return install_staged(adoption['staging_dir'], adoption['release_dir'], fill, adoption['inputs'],
+                          adoption['outputs'], verify_args, 'the adopted %s' % adoption['release_dir'])[1]

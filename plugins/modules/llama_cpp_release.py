@@ -582,27 +582,17 @@ def verify_args(spec, plan, outputs):
 
 
 def do_install(spec, plan, outputs):
-    staging = plan['staging_dir']
-    try:
-        result = lcr.bundle(plan['build_dir'], staging, plan['targets'], spec['backend'],
-                            plan['toolchain_root'] or None, spec['device_libs'], plan['gfx_targets'],
-                            spec['bundle_lib_dirs'], spec['system_libs'] or None, spec['bundle_extra_libs'],
-                            spec['filter_device_libs'])
+    def fill(staging):
+        bundled = lcr.bundle(plan['build_dir'], staging, plan['targets'], spec['backend'],
+                             plan['toolchain_root'] or None, spec['device_libs'], plan['gfx_targets'],
+                             spec['bundle_lib_dirs'], spec['system_libs'] or None, spec['bundle_extra_libs'],
+                             spec['filter_device_libs'])
         if os.path.isfile(plan['log']):
             shutil.copy2(plan['log'], os.path.join(staging, 'build.log'))
-        lcr.write_stamp(staging, plan['inputs'], outputs)
-        checked = lcr.verify(staging, **verify_args(spec, plan, outputs))
-        if checked['problems']:
-            raise lcr.ReleaseError('the new release failed verification, nothing was installed:\n- '
-                                   + '\n- '.join(checked['problems']))
-        lcr.install(staging, plan['release_dir'])
-    finally:
-        if os.path.lexists(staging):
-            shutil.rmtree(staging, ignore_errors=True)
-        try:
-            os.rmdir(os.path.dirname(staging))
-        except OSError:
-            pass
+        return bundled
+
+    result, checked = lcr.install_staged(plan['staging_dir'], plan['release_dir'], fill, plan['inputs'], outputs,
+                                         verify_args(spec, plan, outputs), 'the new release')
     if not spec['keep_scratch']:
         for path in (plan['build_dir'], plan['src_dir']):
             shutil.rmtree(path, ignore_errors=True)
