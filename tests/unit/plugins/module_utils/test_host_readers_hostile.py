@@ -299,42 +299,6 @@ def test_a_stamp_of_any_shape_never_names_a_hash_the_file_does_not_have(data):
     assert not tr._CONTROL.search(source)
 
 
-# ------------------------------------------------------------------------------------------- the watch
-
-STATE = {'version': 1, 'cursor': 's=0c7e;i=6', 'realtime_usec': 1758060000000006,
-         'imported': {'a' * 64: {'path': '/root/k.json', 'lines': 2}},
-         'counts': dict((key, 1) for key in W.empty_state()['counts'])}
-
-
-@SETTINGS
-@given(case=hostile.hostile_answers(STATE))
-def test_watch_state(case):
-    _path, answer = case
-    kind, got = outcome(lambda: W.read_state(answer, 'state.json'), W.StateError)
-    if kind == 'ok':
-        assert W.read_state(json.loads(json.dumps(got)), 'again') == got     # what it writes it reads back
-        assert all(isinstance(v, int) and 0 <= v <= W.COUNT_MAX for v in got['counts'].values())
-    else:
-        assert got.startswith('state.json')
-
-
-@SETTINGS
-@given(case=hostile.hostile_answers(JOURNAL_ENTRY))
-def test_watch_journal_entries(case):
-    path, answer = case
-    state = W.empty_state()
-    kind, got = outcome(lambda: W.count([answer], state, 'frank-medium.service'), ())
-    assert kind == 'ok'
-    W.read_state(json.loads(json.dumps(state)), 'after')        # the state stays of its shape
-    if not isinstance(answer, dict) or answer.get('_SYSTEMD_UNIT') != 'frank-medium.service':
-        assert got == 0    # a line is the unit's only by journald's word
-
-
-def test_the_watch_reads_control_characters_as_the_typed_reader_does():
-    """llm_watch.py is a stdlib script on the host (no module_utils): its copy of the rule must agree."""
-    assert W._CONTROL.pattern == tr._CONTROL.pattern
-
-
 # ------------------------------------------------------------------------------------------- the issue's cases
 
 @pytest.mark.parametrize('value', ['9' * 5000, '-1', str(10 ** 30)])
