@@ -438,41 +438,51 @@ def check_vision(ep, expect, o):
         with_tokens, without, len(content)), figures
 
 
-def check_slots(ep, expect, o):
-    n = expect['slots']
-    results = [None] * n
+def per_slot_drafts(ep, expect, o, prompts, max_tokens, shape, label, problems):
+    """One chat request per slot at once (``prompts[i]`` pinned to slot i with id_slot), each answer read through
+    shape: a row per slot with its status, completion tokens and its own draft figures (b11434 writes draft_n only
+    when the slot drafted: absent is its 0). A slot that answered nothing usable adds its problem and keeps a row
+    of None figures."""
+    results = [None] * expect['slots']
 
     def one(i):
-        body = _chat(expect['alias'], o['slot_prompt'], o['slot_max_tokens'], id_slot=i)
-        results[i] = ep.call('/v1/chat/completions', body, timeout=o['request_timeout'])
+        results[i] = ep.call('/v1/chat/completions', _chat(expect['alias'], prompts[i], max_tokens, id_slot=i),
+                             timeout=o['request_timeout'])
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(expect['slots'])]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    per_slot, problems = [], []
-    # with a drafter the per-request timings are the one per-slot draft figure: required then
-    shape = CHAT_TIMED if expect['spec'] else CHAT
+    rows = []
     for i, result in enumerate(results):
         code, body = result if result is not None else (-1, 'no answer')
         row = {'slot': i, 'status': code, 'completion_tokens': None, 'draft_n': None, 'draft_n_accepted': None}
-        per_slot.append(row)
+        rows.append(row)
         if code != 200:
             problems.append('slot %d answered HTTP %s: %s' % (i, code, _short(error_text(body), 160)))
             continue
         try:
-            answer = _chat_answer(body, shape, 'slot %d' % i)
+            answer = _chat_answer(body, shape, '%sslot %d' % (label, i))
         except tr.ShapeError as exc:
             problems.append('slot %d: %s' % (i, exc))
             continue
         timings = answer.get('timings') or {}
-        # b11434 writes draft_n only when the slot drafted: absent is its 0
         row.update(completion_tokens=answer['usage']['completion_tokens'], draft_n=timings.get('draft_n', 0),
                    draft_n_accepted=timings.get('draft_n_accepted', 0))
-        if expect['spec'] and row['draft_n'] < 1:
+    return rows
+
+
+def check_slots(ep, expect, o):
+    n = expect['slots']
+    problems = []
+    # with a drafter the per-request timings are the one per-slot draft figure: required then
+    per_slot = per_slot_drafts(ep, expect, o, [o['slot_prompt']] * n, o['slot_max_tokens'],
+                               CHAT_TIMED if expect['spec'] else CHAT, '', problems)
+    for row in per_slot:
+        if expect['spec'] and row['draft_n'] is not None and row['draft_n'] < 1:
             problems.append('slot %d drafted 0 tokens in %d generated (SPEC_TYPE=%s): that slot runs at the '
-                            'autoregressive rate' % (i, row['completion_tokens'], expect['spec']))
+                            'autoregressive rate' % (row['slot'], row['completion_tokens'], expect['spec']))
     figures = {'slots': per_slot}
     if expect['ngram']:
         figures['accepted_on_echo'] = sum(r['draft_n_accepted'] or 0 for r in per_slot)
@@ -737,32 +747,11 @@ def check_drafter(ep, expect, o):
             problems.append(str(exc))
             return 'fail', '; '.join(problems), figures
         figures.update(n_match=expect['ngram_n_match'], max_tokens=max_tokens, template_tokens=overhead)
-        results = [None] * expect['slots']
-
-        def one(i):
-            results[i] = ep.call('/v1/chat/completions', _chat(expect['alias'], prompts[i], max_tokens, id_slot=i),
-                                 timeout=o['request_timeout'])
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(expect['slots'])]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for i, result in enumerate(results):
-            code, body = result if result is not None else (-1, 'no answer')
-            row = {'slot': i, 'status': code, 'completion_tokens': None, 'draft_n': None, 'draft_n_accepted': None}
-            figures['slots'].append(row)
-            if code != 200:
-                problems.append('slot %d answered HTTP %s: %s' % (i, code, _short(error_text(body), 160)))
+        figures['slots'] = per_slot_drafts(ep, expect, o, prompts, max_tokens, CHAT_TIMED, 'drafter ', problems)
+        for row in figures['slots']:
+            i = row['slot']
+            if row['draft_n'] is None:
                 continue
-            try:
-                answer = _chat_answer(body, CHAT_TIMED, 'drafter slot %d' % i)
-            except tr.ShapeError as exc:
-                problems.append('slot %d: %s' % (i, exc))
-                continue
-            timings = answer['timings']
-            row.update(completion_tokens=answer['usage']['completion_tokens'], draft_n=timings.get('draft_n', 0),
-                       draft_n_accepted=timings.get('draft_n_accepted', 0))
             if row['draft_n'] < 1 and row['completion_tokens'] > 1:
                 problems.append('slot %d drafted 0 tokens in %d generated on a prompt no %d-gram lookup can match: '
                                 'the %s drafter does not draft (on an echo prompt the n-gram lookup drafts alone)'
