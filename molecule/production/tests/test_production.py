@@ -128,11 +128,19 @@ def test_endpoint_is_gated_from_production_paths(converged):
 
 WATCH = "frank-medium-watch"
 WATCH_TEXTFILE = "/var/lib/prometheus/node-exporter/llm_watch_frank-medium.prom"
-# the runbook's lines (000_), as llama-server writes them, sent into the journal under the unit's identifier
+# the runbook's lines (000_), as llama-server writes them, sent into the journal from inside the unit
 WATCH_LINES = ("srv  update: - prompt state size 11388.990 MiB exceeds cache size limit 8192.000 MiB, skipping",
                "slot update_slots: id  1 | task 812 | forcing full prompt re-processing due to lack of cache data",
                "ROCm error: an illegal memory access was encountered")
 KERNEL_EXPORT = REPO / "tests" / "fixtures" / "watch" / "kernel-amdgpu-sdma0-utcl2.json"
+# UNIT LINE: LINE into the journal from inside UNIT's cgroup, as the unit's own processes write it. The sender
+# lives a second past its line: journald reads a stream client's unit from /proc while the client runs.
+UNIT_SAY = """pid=$(systemctl show -p MainPID --value "$1")
+path=$(sed -n 's/^0:://p' /proc/$pid/cgroup)
+root=/sys/fs/cgroup; [ -e $root/cgroup.controllers ] || root=/sys/fs/cgroup/unified
+echo $$ > "$root$path/cgroup.procs" || exit 1
+exec systemd-cat -t frank-medium -p warning sh -c 'printf "%s\\n" "$1"; sleep 1' sh "$2"
+"""
 
 
 def watch_metrics(host, *extra):
@@ -151,7 +159,8 @@ def watch_metrics(host, *extra):
 
 def test_the_watch_counts_real_journal_lines(host, tmp_path):
     """Item 2 of issue 25: the watch is installed with the endpoint (timer enabled and running), and real journal
-    lines - systemd-cat under the unit's identifier - move its textfile metrics, once: a second run adds nothing
+    lines - systemd-cat from inside the unit's cgroup - move its textfile metrics, once (the same lines from outside
+    the unit under its identifier, as any user's `logger -t` writes them, add nothing): a second run adds nothing
     (the cursor). The container has no kernel ring of its own, so the kernel's amdgpu lines come from a recorded
     journal export (tests/fixtures/watch/), counted once as well."""
     timer = host.service(WATCH + ".timer")
@@ -161,8 +170,15 @@ def test_the_watch_counts_real_journal_lines(host, tmp_path):
     before = watch_metrics(host)
     assert before["llm_watch_unit_restarts{%s}" % u] == int(
         host.run("systemctl show -p NRestarts --value %s", UNIT).stdout.strip())
+    # The watch counts the unit's lines by journald's _SYSTEMD_UNIT (never a SYSLOG_IDENTIFIER any user can
+    # write): the sender joins the unit's cgroup first, as the unit's own processes are.
+    assert host.run("echo %s | base64 -d > /root/unit-say.sh",
+                    base64.b64encode(UNIT_SAY.encode()).decode()).rc == 0
     for line in WATCH_LINES:
-        assert host.run("echo %s | systemd-cat -t frank-medium -p warning", line).rc == 0  # run() quotes it
+        said = host.run("sh /root/unit-say.sh %s %s", UNIT, line)   # run() quotes both
+        assert said.rc == 0, said.stdout + said.stderr
+        # the same line as any local user writes it, under the unit's identifier: not counted
+        assert host.run("runuser -u dank -- logger -t frank-medium -p warning %s", line).rc == 0
     host.run("journalctl --sync")
     after = watch_metrics(host)
     for key in ("llm_watch_prompt_cache_refused_total{%s}" % u, "llm_watch_full_reprocess_total{%s}" % u,

@@ -1,13 +1,15 @@
 """Issue 33, the host's readers: what /proc, sysfs, nvidia-smi, rocm-smi, a saved facts file, gguf_fetch's stamp,
-and the plan-vs-actual history say is read through a shape (the journal watch is open: see docs/SECURITY.md).
+the plan-vs-actual history and the watch's journal and state say is read through a shape.
 
 Generators, not cases: a recorded real output (the repo's nvidia-smi csv, a /proc/<pid>/status, the b650 KFD
-properties and sysfs tree, the saved facts, a rocm-smi answer, the plan-vs-actual history, a stamp) with hostile
-text or any JSON value put at one position. Every run ends in the real answer's result or a named refusal (the
-surface's own error, or ShapeError, naming where) within its deadline: never another exception, and never a figure
-outside what a host can hold recorded as a fact. Then the issue's own cases by name.
+properties and sysfs tree, the saved facts, a rocm-smi answer, the plan-vs-actual history, a stamp, a journal
+entry, a watch state) with hostile text or any JSON value put at one position. Every run ends in the real
+answer's result or a named refusal (the surface's own error, or ShapeError, naming where) within its deadline:
+never another exception, and never a figure outside what a host can hold recorded as a fact. Then the issue's
+own cases by name.
 """
 import hashlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -35,6 +37,15 @@ def fixture(*parts):
         return handle.read()
 
 
+def watch_script():
+    spec = importlib.util.spec_from_file_location('llm_watch', os.path.join(REPO, 'roles', 'llama_server', 'files',
+                                                                            'llm_watch.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+W = watch_script()
 SMI = fixture('gpu', 'nvidia-smi-h200-x2.csv')
 # /proc/<pid>/status as the kernel writes it (the fields the reader takes, in the kernel's layout)
 PROC_STATUS = ('Name:\tllama-server\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t6517\nPid:\t6517\nPPid:\t1\n'
@@ -47,6 +58,9 @@ ROCM_VRAM = {'card0': {'VRAM Total Memory (B)': '34208743424', 'VRAM Total Used 
              'card1': {'VRAM Total Memory (B)': '34208743424', 'VRAM Total Used Memory (B)': '31000000000'}}
 ROCM_NAMES = {'card0': {'Card Series': 'Radeon AI PRO R9700', 'PCI Bus': '0000:03:00.0'},
               'card1': {'Card Series': 'Radeon AI PRO R9700', 'PCI Bus': '0000:0b:00.0'}}
+JOURNAL_ENTRY = {'__CURSOR': 's=0c7e;i=1;b=recorded', '__REALTIME_TIMESTAMP': '1758060000000001',
+                 '_TRANSPORT': 'stdout', '_SYSTEMD_UNIT': 'frank-medium.service', 'SYSLOG_IDENTIFIER': 'frank-medium',
+                 'MESSAGE': 'slot update_slots: id  1 | task 812 | forcing full prompt re-processing due to lack of cache'}
 BOUNDS_FIELDS = ('memory_total_mib', 'memory_used_mib', 'link_gen', 'link_width', 'index')
 
 
@@ -283,6 +297,42 @@ def test_a_stamp_of_any_shape_never_names_a_hash_the_file_does_not_have(data):
     got, source = pa.model_sha256(model)
     assert got in (sha, None) and (source in ('stamp', 'hashed') or source.startswith('unverified: '))
     assert not tr._CONTROL.search(source)
+
+
+# ------------------------------------------------------------------------------------------- the watch
+
+STATE = {'version': 1, 'cursor': 's=0c7e;i=6', 'realtime_usec': 1758060000000006,
+         'imported': {'a' * 64: {'path': '/root/k.json', 'lines': 2}},
+         'counts': dict((key, 1) for key in W.empty_state()['counts'])}
+
+
+@SETTINGS
+@given(case=hostile.hostile_answers(STATE))
+def test_watch_state(case):
+    _path, answer = case
+    kind, got = outcome(lambda: W.read_state(answer, 'state.json'), W.StateError)
+    if kind == 'ok':
+        assert W.read_state(json.loads(json.dumps(got)), 'again') == got     # what it writes it reads back
+        assert all(isinstance(v, int) and 0 <= v <= W.COUNT_MAX for v in got['counts'].values())
+    else:
+        assert got.startswith('state.json')
+
+
+@SETTINGS
+@given(case=hostile.hostile_answers(JOURNAL_ENTRY))
+def test_watch_journal_entries(case):
+    path, answer = case
+    state = W.empty_state()
+    kind, got = outcome(lambda: W.count([answer], state, 'frank-medium.service'), ())
+    assert kind == 'ok'
+    W.read_state(json.loads(json.dumps(state)), 'after')        # the state stays of its shape
+    if not isinstance(answer, dict) or answer.get('_SYSTEMD_UNIT') != 'frank-medium.service':
+        assert got == 0    # a line is the unit's only by journald's word
+
+
+def test_the_watch_reads_control_characters_as_the_typed_reader_does():
+    """llm_watch.py is a stdlib script on the host (no module_utils): its copy of the rule must agree."""
+    assert W._CONTROL.pattern == tr._CONTROL.pattern
 
 
 # ------------------------------------------------------------------------------------------- the issue's cases

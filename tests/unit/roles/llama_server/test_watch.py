@@ -30,6 +30,7 @@ def load():
 
 W = load()
 ID = "frank-medium"
+UNIT = "frank-medium.service"
 
 # The runbook's own lines (000_: the WRN line, the reprocess path, the abort chain), as llama-server logs them.
 UNIT_LINES = {
@@ -50,18 +51,25 @@ NOISE = ["slot print_timing: id  0 | task 3 | draft acceptance = 0.62857 (44 acc
          "main: server is listening on http://0.0.0.0:7770", ""]
 
 
-def entry(i, message, transport="stdout", ident=ID):
+def entry(i, message, transport="stdout", ident=ID, unit=None):
+    """A journal entry; the unit's own (journald's _SYSTEMD_UNIT) unless another unit or a session is named, and
+    a kernel entry has none."""
     e = {"__CURSOR": "s=x;i=%x" % i, "__REALTIME_TIMESTAMP": str(1758060000000000 + i), "_TRANSPORT": transport,
          "MESSAGE": message}
     if ident is not None:
         e["SYSLOG_IDENTIFIER"] = ident
+    if transport != "kernel":
+        e["_SYSTEMD_UNIT"] = unit or (UNIT if ident == ID else "%s.service" % ident)
     return e
 
 
 # One journal line: the unit's (matching or noise), the kernel's, another program's, the kernel's words in the
-# unit's mouth (must not count as a kernel fault) and the unit's words in the kernel's (must not count either).
+# unit's mouth (must not count as a kernel fault), the unit's words in the kernel's (must not count either), and
+# any local user's `logger -t frank-medium` (the unit's identifier, from a login session: must not count).
 LINE = st.one_of(
     st.sampled_from(sorted(UNIT_LINES.items())).map(lambda kv: (kv[0], kv[1], "stdout", ID)),
+    st.sampled_from(sorted(UNIT_LINES.values()) + sorted(KERNEL_LINES.values())).map(
+        lambda m: (None, m, "syslog", "logger")),
     st.sampled_from(sorted(KERNEL_LINES.items())).map(lambda kv: (kv[0], kv[1], "kernel", "kernel")),
     st.sampled_from(NOISE).map(lambda m: (None, m, "stdout", ID)),
     st.sampled_from(sorted(UNIT_LINES.values())).map(lambda m: (None, m, "stdout", "other-service")),
@@ -75,7 +83,8 @@ LINE = st.one_of(
 def test_totals_are_the_same_however_the_runs_fall(lines, cuts, tmp_path_factory):
     """Each line counts once, in the counter it names, whether the journal is read in one run or in several
     (the cursor and totals through the state FILE, as between two timer runs)."""
-    entries = [entry(i, m, t, ident) for i, (_, m, t, ident) in enumerate(lines)]
+    entries = [entry(i, m, t, ID if ident == "logger" else ident, "session-3.scope" if ident == "logger" else None)
+               for i, (_, m, t, ident) in enumerate(lines)]
     expected = {}
     for key, _m, _t, _i in lines:
         if key:
@@ -87,7 +96,7 @@ def test_totals_are_the_same_however_the_runs_fall(lines, cuts, tmp_path_factory
         # what journalctl --after-cursor returns: everything after the saved cursor
         start = 0 if state["cursor"] is None else int(state["cursor"].split("i=")[1], 16) + 1
         assert start == lo
-        W.count(entries[lo:hi], state, ID)
+        W.count(entries[lo:hi], state, UNIT)
         W.write_atomic(str(path), json.dumps(state))
     counts = W.load_state(str(path))["counts"]
     assert {k: v for k, v in counts.items() if v} == expected
@@ -95,35 +104,38 @@ def test_totals_are_the_same_however_the_runs_fall(lines, cuts, tmp_path_factory
 
 def test_the_runbook_lines_each_count_where_they_belong():
     for key, message in UNIT_LINES.items():
-        assert W.classify(entry(0, message), ID) == key
-        assert W.classify(entry(0, message, ident="vllm"), ID) is None
+        assert W.classify(entry(0, message), UNIT) == key
+        assert W.classify(entry(0, message, ident="vllm"), UNIT) is None
+        # any local user: `logger -t frank-medium` stamps the identifier, never the unit
+        assert W.classify(entry(0, message, "syslog", ID, unit="session-3.scope"), UNIT) is None
     for key, message in KERNEL_LINES.items():
-        assert W.classify(entry(0, message, "kernel", "kernel"), ID) == key
-        assert W.classify(entry(0, message), ID) is None  # a fault is the kernel's to report
+        assert W.classify(entry(0, message, "kernel", "kernel"), UNIT) == key
+        assert W.classify(entry(0, message), UNIT) is None  # a fault is the kernel's to report
+        assert W.classify(entry(0, message, "syslog", "kernel", unit="session-3.scope"), UNIT) is None
     # journalctl -o json writes a message that is not UTF-8 as a byte array
     raw = list(UNIT_LINES["llm_watch_full_reprocess_total"].encode()) + [0xff]
-    assert W.classify(entry(0, raw), ID) == "llm_watch_full_reprocess_total"
+    assert W.classify(entry(0, raw), UNIT) == "llm_watch_full_reprocess_total"
 
 
 def test_a_recorded_export_counts_once(tmp_path):
     state = W.empty_state()
-    assert W.import_export(str(KERNEL_EXPORT), state, ID) == 2
-    assert W.import_export(str(KERNEL_EXPORT), state, ID) == 0
+    assert W.import_export(str(KERNEL_EXPORT), state, UNIT) == 2
+    assert W.import_export(str(KERNEL_EXPORT), state, UNIT) == 0
     assert state["counts"]["llm_watch_gpu_page_faults_total/page_fault"] == 1
     assert state["counts"]["llm_watch_gpu_page_faults_total/utcl2"] == 1
     assert state["cursor"] is None  # an import never moves the live journal's cursor
 
 
 def test_a_cursor_the_journal_lost_falls_back_to_the_time(tmp_path):
-    cmd = W.journal_cmd("journalctl", ID, since_usec=1758060000000005)
-    assert "--since=@1758060000.000005" in cmd and cmd[-3:] == ["SYSLOG_IDENTIFIER=" + ID, "+", "_TRANSPORT=kernel"]
-    assert "--after-cursor=c1" in W.journal_cmd("journalctl", ID, cursor="c1")
+    cmd = W.journal_cmd("journalctl", UNIT, since_usec=1758060000000005)
+    assert "--since=@1758060000.000005" in cmd and cmd[-3:] == ["_SYSTEMD_UNIT=" + UNIT, "+", "_TRANSPORT=kernel"]
+    assert "--after-cursor=c1" in W.journal_cmd("journalctl", UNIT, cursor="c1")
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian prometheus) not installed")
 def test_the_textfile_passes_promtool_check_metrics():
     state = W.empty_state()
-    W.count([entry(i, m) for i, m in enumerate(UNIT_LINES.values())], state, ID)
+    W.count([entry(i, m) for i, m in enumerate(UNIT_LINES.values())], state, UNIT)
     text = W.render(state, 'frank "medium".service', 3, True, 1758060000)
     run = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -160,12 +172,30 @@ def test_main_keeps_totals_across_runs_and_writes_the_textfile(tmp_path):
     assert oct(os.stat(tmp_path / "state.json").st_mode & 0o777) == "0o600"
 
 
-def test_a_broken_state_is_refused_and_nothing_is_written(tmp_path, capsys):
-    (tmp_path / "state.json").write_text("{not json")
-    assert run_main(tmp_path) == 1
-    assert "move it aside" in capsys.readouterr().err
-    assert not (tmp_path / "tf" / "w.prom").exists()
-    assert (tmp_path / "state.json").read_text() == "{not json"
+@pytest.mark.parametrize("text, field", [
+    ("{not json", "is not JSON"),
+    ('{"version": 1, "cursor": null, "realtime_usec": 0, "imported": {}, '
+     '"counts": {"llm_watch_full_reprocess_total": "7"}}', "counts.llm_watch_full_reprocess_total"),
+    ('{"version": 1, "counts": {"llm_watch_full_reprocess_total": 1e400}}', "counts.llm_watch_full_reprocess_total"),
+    ('{"version": 1, "cursor": "s=1\\n--since=0", "counts": {}}', "cursor"),
+    ('{"version": 1, "counts": {"llm_watch_full_reprocess_total": -1}}', "counts.llm_watch_full_reprocess_total"),
+    ('{"version": 1, "counts": {}, "realtime_usec": "soon"}', "realtime_usec"),
+    ('[]', "expected an object"),
+])
+def test_a_broken_state_is_named_set_aside_and_the_watch_goes_on(tmp_path, capsys, text, field):
+    """Issue 33: a state file with string counts crashed the watch. Now it is named (file and field), moved
+    aside whole for a person to read, and the run counts from a fresh state: the next run is clean."""
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(W.StateError, match=field):
+        W.load_state(str(tmp_path / "state.json"))
+    assert run_main(tmp_path, "--journalctl", "/nonexistent/journalctl") == 1
+    err = capsys.readouterr().err
+    assert str(tmp_path / "state.json") in err and field in err and "moved aside" in err
+    aside = [p for p in os.listdir(tmp_path) if p.startswith("state.json.bad-")]
+    assert len(aside) == 1 and (tmp_path / aside[0]).read_text() == text
+    assert 'llm_watch_full_reprocess_total{unit="nothing-here.service"} 0' in (tmp_path / "tf" / "w.prom").read_text()
+    assert W.load_state(str(tmp_path / "state.json"))["counts"]["llm_watch_full_reprocess_total"] == 0
+    assert run_main(tmp_path, "--journalctl", "/nonexistent/journalctl") == 2     # a clean state: journal down only
 
 
 def test_a_journal_that_does_not_answer_is_reported_in_the_textfile(tmp_path):
