@@ -25,7 +25,7 @@ LAB_ARGS ?=
 # tests/lab/steps.sh runs each step as its own make and prints the timing table.
 STEPS := MAKE="$(MAKE)" tests/lab/steps.sh
 
-.PHONY: help lab-idle host-deps venv lint sanity unit units-ansible-test integration molecule test test-fast lab lab-deploy lab-image llama-server models build clean-lab
+.PHONY: help lab-idle host-deps venv controller lint sanity unit units-ansible-test integration molecule test test-fast lab lab-deploy lab-image llama-server models build clean-lab
 
 help:
 	@echo "make lab       - deploy frank-medium (lab profile) into the local systemd container"
@@ -34,6 +34,7 @@ help:
 	@echo "make clean-lab - remove the lab container and its cached facts (the build cache stays)"
 	@echo "make host-deps - install the OS packages (root on Debian/Ubuntu) or say what to install"
 	@echo "make venv      - create .venv from requirements.txt; needs only Python and its venv module"
+	@echo "make controller - create .venv-controller from requirements-controller.txt: ansible-core alone, to run the content"
 
 # make test's first step: the lab container (make lab) holds the ports the scenarios use.
 lab-idle:
@@ -45,11 +46,21 @@ host-deps:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-controller.txt
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { \
 	  echo "make venv: $(PYTHON) lacks its venv module (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+# An operator's controller: what the shipped content needs at run time, without the development toolchain.
+controller: .venv-controller/.installed
+
+.venv-controller/.installed: requirements-controller.txt
+	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { \
+	  echo "make controller: $(PYTHON) lacks its venv module (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
+	$(PYTHON) -m venv .venv-controller
+	.venv-controller/bin/pip install -q --disable-pip-version-check -r requirements-controller.txt
 	touch $@
 
 # ansible-lint puts ~/.ansible/collections ahead of ./collections; a stale

@@ -35,7 +35,7 @@ TOP_LEVEL = {'MANIFEST.json', 'FILES.json', 'README.md', 'COPYING', 'CHANGELOG.r
 INVENTORIES = {'sample'}
 # The issue's list, checked by name as well (a prefix, or the file itself).
 FORBIDDEN = ('inventory/production', 'inventory/rehearsal', 'inventory/lab', 'tests', 'molecule', 'benchmarks',
-             '.config', '.ci', 'Makefile', 'ansible.cfg', 'collections', 'requirements.txt', 'pytest.ini',
+             '.config', '.ci', 'Makefile', 'ansible.cfg', 'collections', 'requirements.txt', 'requirements-controller.txt', 'pytest.ini',
              'changelogs/fragments')
 
 
