@@ -31,6 +31,9 @@ options:
     description: The live env file of the service (the llama_server role's C(llama_server_env_file)).
     type: path
     required: true
+attributes:
+  platform:
+    platforms: posix
 '''
 
 EXAMPLES = r'''
