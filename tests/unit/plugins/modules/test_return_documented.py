@@ -20,8 +20,8 @@ import yaml
 from ansible.module_utils import basic
 from ansible_collections.dankfleet.llm.plugins.modules import (
     bench_report, chat_completion, endpoint_verify, gguf_fetch, gguf_info, gpu_info, host_state_info, job_progress,
-    llama_bench_sweep, llama_cpp_release, llama_server_gate, plan_actual, render_files, spec_bench, trash_files,
-    turn_latency_bench)
+    llama_bench_sweep, llama_cpp_release, llama_server_gate, plan_actual, render_files, served_shape_info, spec_bench,
+    trash_files, turn_latency_bench)
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 import range_http_server
 
@@ -162,6 +162,18 @@ def c_endpoint_verify(tmp_path, capsys):
     # nothing listens on port 1: every check fails, the textfile is written
     yield run_module(capsys, endpoint_verify.main, env_file=str(env), textfile_dir=str(tmp_path), request_timeout=5,
                      checks=["stream", "tools"])
+
+
+def c_served_shape_info(tmp_path, capsys):
+    env = tmp_path / "x.env"
+    env.write_text("LLAMA_BIN=/opt/llama.cpp/current/bin/llama-server\nALIAS=frank-medium\nMODEL_PATH=/m.gguf\n"
+                   "BIND_ADDR=0.0.0.0\nLISTEN_PORT=7770\nTENSOR_SPLIT=32,33\nCTX_SIZE=8192\nVISION=off\n")
+    yield run_module(capsys, served_shape_info.main, env_file=str(env))
+    yield run_module(capsys, served_shape_info.main, check_mode=True, env_file=str(tmp_path / "absent.env"))
+    env.write_text("LLAMA_BIN=/b\nALIAS=a\nMODEL_PATH=/m.gguf\nBIND_ADDR=::\nLISTEN_PORT=1\nCTX_SIZE=big\nVISION=off\n")
+    refused = run_module(capsys, served_shape_info.main, env_file=str(env))
+    assert refused.get("failed") and "CTX_SIZE in %s" % env in refused["msg"], refused
+    yield refused
 
 
 def c_gguf_fetch(tmp_path, capsys):
