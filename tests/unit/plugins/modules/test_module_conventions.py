@@ -92,6 +92,11 @@ def test_an_old_name_still_runs_with_the_same_result(old, new, args):
     assert not via_old.get("failed") and not via_new.get("failed"), (via_old.get("msg"), via_new.get("msg"))
 
     def shown(result):
-        return dict((k, v) for k, v in result.items() if not k.startswith("_ansible") and k not in ("action", "invocation"))
+        return dict((k, v) for k, v in result.items()
+                    if not k.startswith("_ansible") and k not in ("action", "invocation", "deprecations"))
     assert shown(via_old) == shown(via_new)
+    # the old name says it is going, and when; the new one says nothing of the kind
+    (said,) = via_old["deprecations"]
+    assert "dankfleet.llm.%s" % new in said["msg"] and said.get("version") == "1.0.0", said
+    assert not via_new.get("deprecations")
     assert {"gpu_facts": "gpus", "host_state": "paths"}[old] in via_old
