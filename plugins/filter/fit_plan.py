@@ -150,11 +150,12 @@ options:
         type: bool
         default: false
       load_mode:
-        description: C(--load-mode) -- how the host holds the experts kept there, C(mmap) (pages of the mapped
-          file), C(mlock) (the same, locked) or C(none)/C(dio) (a pinned host buffer the system cannot reclaim).
+        description: C(--load-mode) -- how the host holds the experts kept there, C(auto)/C(mmap) (pages of the mapped
+          file), C(mmap+mlock) (the same, locked) or C(none)/C(mlock)/C(dio) (read into a pinned host buffer the system
+          cannot reclaim).
         type: str
-        choices: [mmap, mlock, none, dio]
-        default: mmap
+        choices: [auto, none, mmap, mlock, mmap+mlock, dio]
+        default: auto
   drafter:
     description: The draft model's facts (M(dankfleet.llm.gguf_info)), for C(draft-dflash), C(draft-dspark),
       C(draft-simple) or C(draft-eagle3). Given with a spec type that loads none, it is planned as present and

@@ -62,7 +62,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
     BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES, SPEC_TYPES, model_drafters,
-    spec_chain_conflict)
+    spec_chain_conflict, LOAD_MODES, LOAD_MODE_MEMORY)
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -322,11 +322,9 @@ RPC_SERVER_OVERHEAD_BYTES = {
 #                         (281.5 / 653.5 MiB); planned beside the device's own compute law
 MOE_EXPERT_OUT_BYTES = 4
 EXPERT_COPY_EMBD_BYTES = 124
-# --load-mode (common/arg.cpp b11434): how the host-side expert tensors are held. mmap/mlock: pages of the mapped
-# file (resident: every token reads them; mlock pins them); none/dio: read into a pinned host buffer the system
-# cannot reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
-LOAD_MODES = ("mmap", "mlock", "none", "dio")
-PINNED_LOAD_MODES = ("none", "dio")
+# --load-mode (llama_cpp_rules.LOAD_MODES / LOAD_MODE_MEMORY): how the host-side expert tensors are held -- pages
+# of the mapped file (resident: every token reads them), the same locked, or a pinned host buffer the system cannot
+# reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
 # What the system keeps for itself when experts live in host RAM: the planned host bytes (experts, the process's
 # own buffers) plus the prompt cache must leave this much of the host's RAM (the larger of the two) -- a policy,
 # not a llama.cpp law: below it the page cache the mapped experts need is what the kernel evicts first
@@ -614,8 +612,8 @@ def _normalize_serve(serve, model, drafter):
     s["n_cpu_moe"] = _int_field(serve, "n_cpu_moe", "serve", default=0, minimum=0)
     s["cpu_moe"] = _bool_field(serve, "cpu_moe", False)
     lm = serve.get("load_mode")
-    lm = "mmap" if lm is None or lm == "" else lm
-    if lm not in LOAD_MODES:
+    lm = "auto" if lm is None or lm == "" else lm
+    if not isinstance(lm, str) or lm not in LOAD_MODES:
         raise FitPlanError("serve.load_mode %r is not a llama.cpp b11434 --load-mode; use one of %s"
                            % (lm, ", ".join(LOAD_MODES)))
     s["load_mode"] = lm
@@ -1301,9 +1299,9 @@ def _host_experts(c, nbytes):
     s = c.s
     if not c.n_used:
         return None
-    pinned = s["load_mode"] in PINNED_LOAD_MODES
+    memory = LOAD_MODE_MEMORY[s["load_mode"]]
+    pinned = memory == "pinned"
     blocks = sorted(c.cpu_moe_blocks)
-    memory = "pinned" if pinned else ("locked" if s["load_mode"] == "mlock" else "mapped")
     return {"blocks": len(blocks), "block_range": [blocks[0], blocks[-1]] if blocks else None, "bytes": nbytes,
             "load_mode": s["load_mode"], "memory": memory, "pinned_bytes": nbytes if pinned else 0,
             "n_cpu_moe": s["n_cpu_moe"], "cpu_moe": s["cpu_moe"]}

@@ -40,7 +40,7 @@ INVENTORY_NAMES = {
     "spec_type": "llama_server_spec_type", "spec_draft_n_max": "llama_server_spec_draft_n_max",
     "draft_device": "llama_server_spec_draft_device", "cache_ram_mib": "llama_server_cache_ram",
     "floor_bytes": "dankfleet_plan_floor_bytes", "lean_layers": "dankfleet_plan_lean_layers",
-    "n_cpu_moe": "llama_server_n_cpu_moe", "cpu_moe": "llama_server_cpu_moe",
+    "n_cpu_moe": "llama_server_n_cpu_moe", "cpu_moe": "llama_server_cpu_moe", "load_mode": "llama_server_load_mode",
 }
 _SERVE_FIELD = re.compile(r"\bserve\.([a-z_]+)")
 # a field named bare in a hint ("lower floor_bytes", "cache_type_k/v q8_0"), never part of a longer name
@@ -91,6 +91,7 @@ def fit_serve(serve, floor_bytes=0, lean_layers=0):
         "cache_ram_mib": serve.get("cache_ram", serve.get("cache_ram_mib", "auto")),
         "n_cpu_moe": int(serve.get("n_cpu_moe") or 0),
         "cpu_moe": bool(serve.get("cpu_moe")),
+        "load_mode": serve.get("load_mode") or "auto",
     }
     if serve.get("spec_draft_device") not in (None, ""):
         out["draft_device"] = serve["spec_draft_device"]

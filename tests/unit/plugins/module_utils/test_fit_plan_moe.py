@@ -129,10 +129,13 @@ def test_more_blocks_on_the_host_never_add_gpu_weights(a, b):
     assert dev(r_lo)["weights_bytes"] + r_lo["host_experts"]["bytes"] == dev(r_hi)["weights_bytes"] + r_hi["host_experts"]["bytes"]
 
 
-@pytest.mark.parametrize("mode, memory, pinned", [(None, "mapped", False), ("mmap", "mapped", False),
-                                                  ("mlock", "locked", False), ("none", "pinned", True),
+@pytest.mark.parametrize("mode, memory, pinned", [(None, "mapped", False), ("auto", "mapped", False),
+                                                  ("mmap", "mapped", False), ("mmap+mlock", "locked", False),
+                                                  ("mlock", "pinned", True), ("none", "pinned", True),
                                                   ("dio", "pinned", True)])
 def test_load_mode_says_how_the_host_holds_the_experts(mode, memory, pinned):
+    """b11434's loader maps the file for auto/mmap (locked with mmap+mlock) and reads it into the GPU backend's pinned
+    host buffer for none, mlock and dio (llama-model-loader.cpp use_mmap)."""
     r = plan(CARD, MODEL, serve(cpu_moe=True, load_mode=mode), host_ram_bytes=64 * GIB)
     hx = r["host_experts"]
     assert hx["memory"] == memory and hx["pinned_bytes"] == (hx["bytes"] if pinned else 0)
