@@ -609,7 +609,9 @@ def _normalize_serve(serve, model, drafter):
         s["tensor_split"] = vals
     s["max_ctx_per_slot"] = _int_field(serve, "max_ctx_per_slot", "serve", default=None, minimum=KV_PAD)
     # --n-cpu-moe N / --cpu-moe: the routed experts of the first N blocks (of all) stay on the CPU
-    s["n_cpu_moe"] = _int_field(serve, "n_cpu_moe", "serve", default=0, minimum=0)
+    # unset (or "auto"): the planner may choose it (_choose_n_cpu_moe); 0 keeps every expert on the GPUs
+    s["n_cpu_moe_open"] = serve.get("n_cpu_moe") is None or serve.get("n_cpu_moe") == "auto"
+    s["n_cpu_moe"] = 0 if s["n_cpu_moe_open"] else _int_field(serve, "n_cpu_moe", "serve", default=0, minimum=0)
     s["cpu_moe"] = _bool_field(serve, "cpu_moe", False)
     lm = serve.get("load_mode")
     lm = "auto" if lm is None or lm == "" else lm
@@ -903,9 +905,62 @@ def _prepare(gpus, model, serve, drafter, mmproj):
     c.cpu_moe_blocks = set()
     if c.n_used:
         c.n_ff = max([_ffn_width(L, c.n_used, 0) for L in c.layers] or [c.n_ff]) or c.n_ff
-        n_host = c.n_layer_all if c.s["cpu_moe"] else min(c.s["n_cpu_moe"], c.n_layer_all)
-        c.cpu_moe_blocks = set(il for il in range(n_host) if int(c.layers[il].get("expert_bytes") or 0))
+        _host_expert_blocks(c, c.s["n_cpu_moe"])
     return c
+
+
+def _host_expert_blocks(c, n_cpu_moe):
+    """The blocks whose routed experts stay on the host at --n-cpu-moe n_cpu_moe (all of them with --cpu-moe); the
+    per-block tables made for another choice are dropped."""
+    c.s["n_cpu_moe"] = n_cpu_moe
+    n_host = c.n_layer_all if c.s["cpu_moe"] else min(n_cpu_moe, c.n_layer_all)
+    c.cpu_moe_blocks = set(il for il in range(n_host) if int(c.layers[il].get("expert_bytes") or 0))
+    c.__dict__.pop("layer_tables", None)
+
+
+def _choose_n_cpu_moe(c, floor):
+    """serve.n_cpu_moe left open with an auto split at ctx_size max: what operators do by hand. Every expert stays
+    on the GPUs when the plan then reaches the per-slot cap (the trained window, or max_ctx_per_slot); else the
+    smallest --n-cpu-moe whose plan reaches it, or -- when none does -- the smallest whose context is the largest
+    any N reaches. More blocks on the host never shrink the context (they free VRAM; the reserve for copied
+    experts is the same for 1 block or all), so both are a bisection. Returns the note that says so, or None."""
+    if not c.n_used or c.s["cpu_moe"]:
+        return None
+    n_seq = c.s["parallel"]
+    unit = KV_PAD * (1 if c.s["kv_unified"] else n_seq)
+    cap_slot = c.s["max_ctx_per_slot"] or int(c.model.get("context_length") or 0) or 1 << 20
+    top = (cap_slot * (1 if c.s["kv_unified"] else n_seq)) // unit * unit
+    memo = {}
+
+    def ctx_at(n):
+        if n not in memo:
+            _host_expert_blocks(c, n)
+            memo[n] = _max_ctx(c, None, floor, True)[0] or 0
+        return memo[n]
+
+    if ctx_at(0) >= top:
+        _host_expert_blocks(c, 0)
+        return None
+    n_all = max([il + 1 for il, L in enumerate(c.layers) if int(L.get("expert_bytes") or 0)] or [0])
+    goal = min(top, ctx_at(n_all))
+    if goal <= ctx_at(0):
+        _host_expert_blocks(c, 0)     # experts on the host buy no context here: keep them on the GPUs
+        return None
+    lo, hi = 0, n_all                 # ctx_at(lo) < goal <= ctx_at(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ctx_at(mid) >= goal:
+            hi = mid
+        else:
+            lo = mid
+    _host_expert_blocks(c, hi)
+    per_slot = 1 if c.s["kv_unified"] else n_seq
+    reached = "reaches the %d-token cap per slot" % cap_slot if goal >= top else (
+        "reaches %d tokens per slot, the most any number of blocks does (the cap is %d)" % (goal // per_slot, cap_slot))
+    all_gpu = "%d tokens per slot" % (ctx_at(0) // per_slot) if ctx_at(0) else "does not fit"
+    return ("serve.n_cpu_moe chosen by the planner: %d -- the routed experts of blocks 0-%d stay on the host, the "
+            "fewest blocks whose plan %s (every expert on the GPUs: %s); set serve.n_cpu_moe to pin it (0 keeps "
+            "every expert on the GPUs)" % (hi, hi - 1, reached, all_gpu))
 
 
 def _ffn_width(layer, n_used, n_ff):
@@ -1759,6 +1814,12 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     auto = s["tensor_split"] == "auto"
     fixed_split = None if auto else s["tensor_split"]
     evs = []
+    moe_choice = None
+    if auto and s["ctx_size"] == "max" and s["n_cpu_moe_open"]:
+        note = _choose_n_cpu_moe(c, floor)
+        if note:
+            warnings.append(note)
+            moe_choice = {"n_cpu_moe": s["n_cpu_moe"], "reason": note}
     if s["ctx_size"] == "max":
         n_ctx_max, best = _max_ctx(c, fixed_split, floor, auto)
         if n_ctx_max is None:
@@ -1854,4 +1915,5 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
         "output_device": best["slots"][-1],
         "drafter_unused": drafter_unused,
         "host_experts": best["host_experts"],
+        "n_cpu_moe_choice": moe_choice,
     }
