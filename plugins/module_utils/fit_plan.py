@@ -505,6 +505,15 @@ def _check_facts(facts, what):
             if L["expert_bytes"] > int(L["tensor_bytes"]):
                 raise FitPlanError("%s.layers[%d].expert_bytes %d exceeds its tensor_bytes %d: pass gguf_info's "
                                    "result unmodified" % (what, i, L["expert_bytes"], L["tensor_bytes"]))
+    else:
+        routed = [i for i, L in enumerate(layers) if isinstance(L, dict) and _is_int(L.get("expert_bytes"))
+                  and L["expert_bytes"] > 0]
+        if routed:
+            # routed expert tensors without the count that routes them: never planned as dense
+            raise FitPlanError("%s.architecture %r carries routed expert tensors (blk.%d.ffn_*_exps, %d blocks) but no "
+                               "%s.expert_count: a Mixture-of-Experts file llama.cpp b11434 cannot route (it refuses "
+                               "it); re-convert the model, it is refused rather than planned as dense"
+                               % (what, arch, routed[0], len(routed), arch))
     if any(L["kind"] == "recurrent" for L in layers):
         rs = facts.get("recurrent_state") or {}
         if rs.get("bytes_per_layer_per_seq") is None:

@@ -31,6 +31,8 @@ def dense_planned(model):
     """The same header as the planner saw it before issue 38: no expert facts."""
     m = copy.deepcopy(model)
     m["expert_count"] = m["expert_used_count"] = 0
+    for L in m["layers"]:
+        L["expert_bytes"] = 0
     return m
 
 
@@ -243,3 +245,11 @@ def test_when_no_number_reaches_the_cap_the_fewest_blocks_with_the_largest_conte
 def test_a_dense_model_is_never_given_experts_on_the_host():
     r = plan(lib.r9700s(), lib.fixture("frank_medium"), {"backend": "hip", "ctx_size": "max"})
     assert r["n_cpu_moe_choice"] is None and r["host_experts"] is None
+
+
+def test_routed_expert_tensors_without_an_expert_count_are_refused_not_planned_as_dense():
+    m = copy.deepcopy(MODEL)
+    m["expert_count"] = m["expert_used_count"] = 0
+    with pytest.raises(FitPlanError, match=r"model\.architecture 'qwen3moe' carries routed expert tensors "
+                       r"\(blk\.0\.ffn_\*_exps, 48 blocks\) but no qwen3moe\.expert_count.*refused rather than planned"):
+        plan(CARD, m, serve())
