@@ -145,6 +145,13 @@ def plan_result(fit, serve, host="this host", reads="host"):
     ]
     lines += ["card %s: %s layers, %s GiB free of %s GiB"
               % (d["name"], d.get("layers", "?"), _gib(d["free_bytes"]), _gib(d["vram_total_bytes"])) for d in devices]
+    experts = fit.get("host_experts") or {}
+    if experts.get("bytes"):
+        setting = "llama_server_cpu_moe" if experts.get("cpu_moe") else "llama_server_n_cpu_moe %d%s" % (
+            experts["n_cpu_moe"], ", chosen by the planner" if fit.get("n_cpu_moe_choice") else "")
+        lines.append("experts on the host: blocks %d-%d (%s), %s GiB %s (load mode %s)" % (
+            experts["block_range"][0], experts["block_range"][1], setting, _gib(experts["bytes"]), experts["memory"],
+            experts["load_mode"]))
     lines.append("binding: " + binding)
     if pinned["tensor_split"]:
         tensor_split = [_share(s) for s in serve["tensor_split"]]

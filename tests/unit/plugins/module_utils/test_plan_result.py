@@ -174,4 +174,7 @@ def test_the_load_mode_reaches_the_plan_and_says_how_the_host_holds_the_experts(
     fit = plan([{'name': 'RTX 3090', 'vram_total_bytes': 24 * GIB}], lib.fixture('qwen3moe_30b_a3b'), serve,
                host_ram_bytes=64 * GIB)
     assert fit['host_experts']['memory'] == memory
+    lines = pr.plan_result(fit, serve, host='moe')['capacity']['lines']
+    assert lines[-2] == 'experts on the host: blocks 0-23 (llama_server_n_cpu_moe 24), 8.17 GiB %s (load mode %s)' % (
+        memory, mode or 'auto')
     assert pr.inventory_names('serve.load_mode x') == 'llama_server_load_mode x'
