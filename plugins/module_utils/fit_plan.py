@@ -1706,7 +1706,8 @@ def _state_law(c, n_ctx_seq):
             "recurrent_bytes_per_slot": rs_total, "slot_tokens": n_ctx_seq, "slot_state_bytes": slot}
 
 
-def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings):
+def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings, experts_bytes=0):
+    """The prompt cache's law and its budget: at most half of the host RAM the experts kept there leave."""
     law = _state_law(c, n_ctx_seq)
     slot = law["slot_state_bytes"]
     want = c.s["cache_ram_mib"]
@@ -1734,11 +1735,13 @@ def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings):
                       "(cache_ram_mib: auto)" % (mib, explain, mib, mib * MIB / float(GIB), res["auto_mib"]))
     if host_ram_bytes is None:
         warnings.append("host_ram_bytes not given: cache_ram_mib %d is not checked against half the host RAM" % mib)
-    elif mib * MIB > host_ram_bytes / 2.0:
-        errors.append("serve.cache_ram_mib %d (%.2f GiB) is more than half the host RAM (%.2f GiB of %.2f GiB); the "
+    elif mib * MIB > (host_ram_bytes - experts_bytes) / 2.0:
+        left = host_ram_bytes - experts_bytes
+        beside = (" beside the %.2f GiB of experts kept there (serve.n_cpu_moe / serve.cpu_moe)" % (experts_bytes / float(GIB))
+                  if experts_bytes else "")
+        errors.append("serve.cache_ram_mib %d (%.2f GiB) is more than half the host RAM%s (%.2f GiB of %.2f GiB); the "
                       "prompt cache may not claim more than %d MiB on this host"
-                      % (mib, mib * MIB / float(GIB), host_ram_bytes / 2.0 / GIB, host_ram_bytes / float(GIB),
-                         int(host_ram_bytes / 2 // MIB)))
+                      % (mib, mib * MIB / float(GIB), beside, left / 2.0 / GIB, left / float(GIB), int(max(0, left) / 2 // MIB)))
     return res
 
 
@@ -1890,7 +1893,8 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     drafter_unused = _drafter_unused(c)
     if drafter_unused:
         warnings.append(drafter_unused)
-    cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings)
+    cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings,
+                       experts_bytes=(best.get("host_experts") or {}).get("bytes") or 0)
     _moe_checks(c, best, cache, host_ram_bytes, errors, warnings)
     if errors:
         fits = False
