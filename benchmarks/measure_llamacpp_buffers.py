@@ -68,6 +68,9 @@ DEFAULTS = {
     "cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "on",
     "spec_type": [], "spec_draft_n_max": None, "drafter": None,
     "devices": "local", "n_devices": 2, "tensor_split": None,
+    # issue 38: experts on the host (--n-cpu-moe N / --cpu-moe), how the host holds them (--load-mode), and a
+    # second, long prompt after the first request (tokens; 0 = none)
+    "n_cpu_moe": 0, "cpu_moe": False, "load_mode": None, "long_prompt": 0,
 }
 DEVICE_MODES = ("local", "rpc", "cuda", "cuda+rpc")
 GPU = "CUDA0"           # the local GPU of the cuda modes (llama.cpp's device name)
@@ -154,6 +157,12 @@ def common_args(cfg, endpoints, spec=True):
         a += ["--device", GPU, "-ngl", "999"]
     else:
         a += ["--device", "none"]
+    if cfg.get("n_cpu_moe"):
+        a += ["--n-cpu-moe", str(cfg["n_cpu_moe"])]
+    if cfg.get("cpu_moe"):
+        a += ["--cpu-moe"]
+    if cfg.get("load_mode"):
+        a += ["--load-mode", cfg["load_mode"]]
     if spec and cfg["spec_type"]:
         a += ["--spec-type", ",".join(cfg["spec_type"])]
         if cfg.get("spec_draft_n_max") is not None:
@@ -191,6 +200,44 @@ def nvidia_smi():
         if len(a) >= 2 and a[0].isdigit() and a[1].isdigit():
             out["apps"][a[0]] = int(a[1])
     return out
+
+
+HOST_STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmLck", "VmPin")
+HOST_MEMINFO_KEYS = ("MemTotal", "MemAvailable", "Cached", "Mlocked", "Unevictable")
+
+
+def host_memory(pid):
+    """The process's resident memory by kind and the host's (bytes), from /proc: RssFile is the mapped model's
+    pages, RssAnon the process's own; pinned (cudaHostAlloc) memory shows in MemAvailable, not in VmLck."""
+    def read(path, keys):
+        out = {}
+        try:
+            with open(path) as f:
+                for ln in f:
+                    name, _, rest = ln.partition(":")
+                    if name in keys and rest.split():
+                        out[name] = int(rest.split()[0]) * 1024
+        except OSError:
+            return None
+        return out
+    return {"t": round(time.time(), 3), "process": read(f"/proc/{pid}/status", HOST_STATUS_KEYS) if pid else None,
+            "host": read("/proc/meminfo", HOST_MEMINFO_KEYS)}
+
+
+def long_request(port, cfg):
+    """One completion with a long prompt (cfg long_prompt tokens, capped by the slot): the compute buffers' and
+    the CUDA pools' high-water mark, after which the issue's bounds are read."""
+    n_ctx_seq = cfg["ctx"] // max(1, cfg["parallel"])
+    n = max(16, min(int(cfg["long_prompt"]), n_ctx_seq - 64))
+    body = {"prompt": prompt_tokens(n, salt=1), "n_predict": 16, "cache_prompt": False, "temperature": 0.0,
+            "top_k": 1, "ignore_eos": True}
+    t0 = time.monotonic()
+    try:
+        r = post_json(port, "/completion", body, timeout=1800)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return {"ok": False, "error": str(e), "prompt_n": n}
+    return {"ok": True, "prompt_n": n, "wall_s": round(time.monotonic() - t0, 3), "timings": r.get("timings"),
+            "tokens_predicted": r.get("tokens_predicted")}
 
 
 def prompt_tokens(n, salt=0):
@@ -254,6 +301,7 @@ def run_server(cfg, endpoints, bindir, timeout=180, request=False):
         "--fit", "off", "--no-warmup", "-lv", "5", "--host", "127.0.0.1", "--port", str(port),
         "--cache-ram", "0", "--no-webui"]
     smi = {"baseline": nvidia_smi()} if request else None
+    host = {"baseline": host_memory(None)} if request else None
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines = []
@@ -276,11 +324,17 @@ def run_server(cfg, endpoints, bindir, timeout=180, request=False):
             break
     listening = idle.is_set()
     load_s = round(time.monotonic() - t0, 2)
-    req = None
+    req = long_req = None
     if listening and request:
         smi["after_load"] = nvidia_smi()
+        host["after_load"] = host_memory(proc.pid)
         req = first_request(port, cfg) if wait_health(port) else {"ok": False, "error": "/health never 200"}
         smi["after_request"] = nvidia_smi()
+        host["after_request"] = host_memory(proc.pid)
+        if cfg.get("long_prompt") and req.get("ok"):
+            long_req = long_request(port, cfg)
+            smi["after_long_prompt"] = nvidia_smi()
+            host["after_long_prompt"] = host_memory(proc.pid)
     if listening:
         stop_server(proc)
     else:
@@ -288,7 +342,8 @@ def run_server(cfg, endpoints, bindir, timeout=180, request=False):
         proc.wait()
     th.join(10)
     return {"cmd": cmd, "rc": proc.returncode, "listening": listening, "pid": proc.pid, "load_s": load_s,
-            "seconds": round(time.monotonic() - t0, 2), "lines": lines, "nvidia_smi": smi, "request": req}
+            "seconds": round(time.monotonic() - t0, 2), "lines": lines, "nvidia_smi": smi, "request": req,
+            "host_memory": host, "long_request": long_req}
 
 
 def run_fit_params(cfg, endpoints, bindir, timeout=120):
@@ -555,6 +610,10 @@ def measure(cfg, bindir=None, endpoints=None, fit_params=True):
                     "nvidia_smi": run["nvidia_smi"], "request": run["request"]})
         if run["request"] is None or not run["request"].get("ok"):
             out["ok"] = ok = False
+        if cfg.get("long_prompt") or cfg.get("n_cpu_moe") or cfg.get("cpu_moe"):
+            out.update({"host_memory": run["host_memory"], "long_request": run["long_request"]})
+            if cfg.get("long_prompt") and not (run["long_request"] or {}).get("ok"):
+                out["ok"] = ok = False
     if not ok:
         out["log_tail"] = run["lines"][-60:]
     return out
@@ -733,13 +792,44 @@ def matrix_cuda_block():
     return out
 
 
+# Issue 38: a Qwen3-30B-A3B-class qwen3moe at its real size and Q4_K_M type mix (benchmarks/moe_models.py
+# qwen3moe_r, 17.3 GiB) all on the GPU, split over CUDA0 + RPC0, and with experts on the host at two N, --cpu-moe,
+# and --cpu-moe --load-mode none (pinned); every load answers a first completion and then a long prompt, after
+# which nvidia-smi per process and the host's memory are read. HELD_OUT_38: rows no MoE constant is fitted on.
+MOE_LONG_PROMPT = 8192
+HELD_OUT_38 = re.compile(r"-ncmoe40-|-ub2048-q8_0-")
+
+
+def matrix_cuda_moe():
+    out = []
+    for ctx, ub, kv, place, where in ((32768, 512, "f16", CUDA_PLACES[0], {}),
+                                      (131072, 2048, "q8_0", CUDA_PLACES[0], {}),
+                                      (65536, 512, "f16", CUDA_PLACES[1], {}),
+                                      (65536, 512, "f16", CUDA_PLACES[0], {"n_cpu_moe": 24}),
+                                      (65536, 2048, "f16", CUDA_PLACES[0], {"n_cpu_moe": 40}),
+                                      (131072, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True}),
+                                      (131072, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True, "load_mode": "none"})):
+        tag = ("-ncmoe%d" % where["n_cpu_moe"] if where.get("n_cpu_moe") else "") + (
+            "-cmoe" if where.get("cpu_moe") else "") + ("-lm%s" % where["load_mode"] if where.get("load_mode") else "")
+        out.append(_cuda_cfg(f"qwen3moe_r-c{ctx}-np1-ub{ub}-{kv}{tag}-{place[0]}", "qwen3moe_r", place, ctx=ctx,
+                             ubatch=ub, cache_type_k=kv, cache_type_v=kv, long_prompt=MOE_LONG_PROMPT, **where))
+    return out
+
+
 SETS = {"cpu": matrix, "cuda-h200": matrix_cuda, "cuda-h200-27b": matrix_cuda_27b, "cuda-h200-swa": matrix_cuda_swa,
-        "cuda-h200-block": matrix_cuda_block}
+        "cuda-h200-block": matrix_cuda_block, "cuda-h200-moe": matrix_cuda_moe}
 
 
 def model_record(name, out_dir, models_dir=None):
     """Generate (once) the matrix model `name`; its path and the fixture's record of it."""
     import block_drafters
+    import moe_models
+    if name in moe_models.MODELS:
+        entry = moe_models.ensure(name, models_dir or MODELS)
+        rec = {"name": name, "generator": {"script": "benchmarks/moe_models.py", "params": moe_models.MODELS[name],
+                                           "recipe_sha256": entry["recipe_sha256"], "header_only": True},
+               "file_size": entry["size"], "sha256": None, "header": accuracy_models.dump_header(entry["path"])}
+        return entry["path"], rec
     if name in block_drafters.MODELS:
         entry = block_drafters.ensure(name, models_dir or MODELS)
         rec = {"name": name, "generator": {"script": "benchmarks/block_drafters.py", "params": block_drafters.MODELS[name],
@@ -836,7 +926,7 @@ def main(argv=None):
     p.add_argument("--bindir", default=str(PREFIX / "bin"))
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
                    help="which matrix (cpu: issue 3; cuda-h200: issue 9; cuda-h200-27b: issue 19; cuda-h200-swa: issue 17; "
-                   "cuda-h200-block: issue 24)")
+                   "cuda-h200-block: issue 24; cuda-h200-moe: issue 38)")
     p.add_argument("--models-dir", default=None, help=f"where the matrix models are generated (default {MODELS})")
     p.add_argument("--no-fit-params", action="store_true", help="skip llama-fit-params during the matrix")
     p.add_argument("--fit-params-only", action="store_true",

@@ -142,19 +142,21 @@ options:
       n_cpu_moe:
         description: C(--n-cpu-moe) -- the routed experts (C(ffn_*_exps)) of the first N blocks stay on the host; the
           GPU keeps the rest of each block and a reserve for the experts a batched prompt copies over. Planned only
-          for a Mixture-of-Experts model; 0 keeps every expert on the GPUs.
-        type: int
-        default: 0
+          for a Mixture-of-Experts model; 0 keeps every expert on the GPUs. Unset (or C(auto)) with an auto split at
+          C(ctx_size=max), the planner chooses it -- 0 when every expert on the GPUs reaches the per-slot cap, else the
+          fewest blocks whose plan reaches it (C(n_cpu_moe_choice) says so); unset elsewhere, 0.
+        type: raw
       cpu_moe:
         description: C(--cpu-moe) -- every block's routed experts stay on the host.
         type: bool
         default: false
       load_mode:
-        description: C(--load-mode) -- how the host holds the experts kept there, C(mmap) (pages of the mapped
-          file), C(mlock) (the same, locked) or C(none)/C(dio) (a pinned host buffer the system cannot reclaim).
+        description: C(--load-mode) -- how the host holds the experts kept there, C(auto)/C(mmap) (pages of the mapped
+          file), C(mmap+mlock) (the same, locked) or C(none)/C(mlock)/C(dio) (read into a pinned host buffer the system
+          cannot reclaim).
         type: str
-        choices: [mmap, mlock, none, dio]
-        default: mmap
+        choices: [auto, none, mmap, mlock, mmap+mlock, dio]
+        default: auto
   drafter:
     description: The draft model's facts (M(dankfleet.llm.gguf_info)), for C(draft-dflash), C(draft-dspark),
       C(draft-simple) or C(draft-eagle3). Given with a spec type that loads none, it is planned as present and
@@ -269,6 +271,11 @@ _value:
       description: For a Mixture-of-Experts model, the experts kept on the host (O(serve.n_cpu_moe), O(serve.cpu_moe))
         -- C(blocks), C(block_range), C(bytes) (also in C(host.weights_bytes)), C(load_mode), C(memory) (C(mapped),
         C(locked) or C(pinned)), C(pinned_bytes), C(n_cpu_moe), C(cpu_moe); null for a dense model.
+      type: dict
+    n_cpu_moe_choice:
+      description: When O(serve.n_cpu_moe) was left open with an auto split at C(ctx_size=max) and the planner kept
+        some blocks' experts on the host -- C(n_cpu_moe) (the blocks it chose) and C(reason) (also in C(warnings));
+        null when it chose none or the inventory set it.
       type: dict
 """
 

@@ -62,7 +62,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import (
     BLOCK_DRAFT_TYPES, CONTEXT_DRAFT_TYPES, MODEL_DRAFT_TYPES, SELF_DRAFT_TYPES, SPEC_TYPES, model_drafters,
-    spec_chain_conflict)
+    spec_chain_conflict, LOAD_MODES, LOAD_MODE_MEMORY)
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -322,11 +322,9 @@ RPC_SERVER_OVERHEAD_BYTES = {
 #                         (281.5 / 653.5 MiB); planned beside the device's own compute law
 MOE_EXPERT_OUT_BYTES = 4
 EXPERT_COPY_EMBD_BYTES = 124
-# --load-mode (common/arg.cpp b11434): how the host-side expert tensors are held. mmap/mlock: pages of the mapped
-# file (resident: every token reads them; mlock pins them); none/dio: read into a pinned host buffer the system
-# cannot reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
-LOAD_MODES = ("mmap", "mlock", "none", "dio")
-PINNED_LOAD_MODES = ("none", "dio")
+# --load-mode (llama_cpp_rules.LOAD_MODES / LOAD_MODE_MEMORY): how the host-side expert tensors are held -- pages
+# of the mapped file (resident: every token reads them), the same locked, or a pinned host buffer the system cannot
+# reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
 # What the system keeps for itself when experts live in host RAM: the planned host bytes (experts, the process's
 # own buffers) plus the prompt cache must leave this much of the host's RAM (the larger of the two) -- a policy,
 # not a llama.cpp law: below it the page cache the mapped experts need is what the kernel evicts first
@@ -507,6 +505,15 @@ def _check_facts(facts, what):
             if L["expert_bytes"] > int(L["tensor_bytes"]):
                 raise FitPlanError("%s.layers[%d].expert_bytes %d exceeds its tensor_bytes %d: pass gguf_info's "
                                    "result unmodified" % (what, i, L["expert_bytes"], L["tensor_bytes"]))
+    else:
+        routed = [i for i, L in enumerate(layers) if isinstance(L, dict) and _is_int(L.get("expert_bytes"))
+                  and L["expert_bytes"] > 0]
+        if routed:
+            # routed expert tensors without the count that routes them: never planned as dense
+            raise FitPlanError("%s.architecture %r carries routed expert tensors (blk.%d.ffn_*_exps, %d blocks) but no "
+                               "%s.expert_count: a Mixture-of-Experts file llama.cpp b11434 cannot route (it refuses "
+                               "it); re-convert the model, it is refused rather than planned as dense"
+                               % (what, arch, routed[0], len(routed), arch))
     if any(L["kind"] == "recurrent" for L in layers):
         rs = facts.get("recurrent_state") or {}
         if rs.get("bytes_per_layer_per_seq") is None:
@@ -611,11 +618,13 @@ def _normalize_serve(serve, model, drafter):
         s["tensor_split"] = vals
     s["max_ctx_per_slot"] = _int_field(serve, "max_ctx_per_slot", "serve", default=None, minimum=KV_PAD)
     # --n-cpu-moe N / --cpu-moe: the routed experts of the first N blocks (of all) stay on the CPU
-    s["n_cpu_moe"] = _int_field(serve, "n_cpu_moe", "serve", default=0, minimum=0)
+    # unset (or "auto"): the planner may choose it (_choose_n_cpu_moe); 0 keeps every expert on the GPUs
+    s["n_cpu_moe_open"] = serve.get("n_cpu_moe") is None or serve.get("n_cpu_moe") == "auto"
+    s["n_cpu_moe"] = 0 if s["n_cpu_moe_open"] else _int_field(serve, "n_cpu_moe", "serve", default=0, minimum=0)
     s["cpu_moe"] = _bool_field(serve, "cpu_moe", False)
     lm = serve.get("load_mode")
-    lm = "mmap" if lm is None or lm == "" else lm
-    if lm not in LOAD_MODES:
+    lm = "auto" if lm is None or lm == "" else lm
+    if not isinstance(lm, str) or lm not in LOAD_MODES:
         raise FitPlanError("serve.load_mode %r is not a llama.cpp b11434 --load-mode; use one of %s"
                            % (lm, ", ".join(LOAD_MODES)))
     s["load_mode"] = lm
@@ -905,9 +914,62 @@ def _prepare(gpus, model, serve, drafter, mmproj):
     c.cpu_moe_blocks = set()
     if c.n_used:
         c.n_ff = max([_ffn_width(L, c.n_used, 0) for L in c.layers] or [c.n_ff]) or c.n_ff
-        n_host = c.n_layer_all if c.s["cpu_moe"] else min(c.s["n_cpu_moe"], c.n_layer_all)
-        c.cpu_moe_blocks = set(il for il in range(n_host) if int(c.layers[il].get("expert_bytes") or 0))
+        _host_expert_blocks(c, c.s["n_cpu_moe"])
     return c
+
+
+def _host_expert_blocks(c, n_cpu_moe):
+    """The blocks whose routed experts stay on the host at --n-cpu-moe n_cpu_moe (all of them with --cpu-moe); the
+    per-block tables made for another choice are dropped."""
+    c.s["n_cpu_moe"] = n_cpu_moe
+    n_host = c.n_layer_all if c.s["cpu_moe"] else min(n_cpu_moe, c.n_layer_all)
+    c.cpu_moe_blocks = set(il for il in range(n_host) if int(c.layers[il].get("expert_bytes") or 0))
+    c.__dict__.pop("layer_tables", None)
+
+
+def _choose_n_cpu_moe(c, floor):
+    """serve.n_cpu_moe left open with an auto split at ctx_size max: what operators do by hand. Every expert stays
+    on the GPUs when the plan then reaches the per-slot cap (the trained window, or max_ctx_per_slot); else the
+    smallest --n-cpu-moe whose plan reaches it, or -- when none does -- the smallest whose context is the largest
+    any N reaches. More blocks on the host never shrink the context (they free VRAM; the reserve for copied
+    experts is the same for 1 block or all), so both are a bisection. Returns the note that says so, or None."""
+    if not c.n_used or c.s["cpu_moe"]:
+        return None
+    n_seq = c.s["parallel"]
+    unit = KV_PAD * (1 if c.s["kv_unified"] else n_seq)
+    cap_slot = c.s["max_ctx_per_slot"] or int(c.model.get("context_length") or 0) or 1 << 20
+    top = (cap_slot * (1 if c.s["kv_unified"] else n_seq)) // unit * unit
+    memo = {}
+
+    def ctx_at(n):
+        if n not in memo:
+            _host_expert_blocks(c, n)
+            memo[n] = _max_ctx(c, None, floor, True)[0] or 0
+        return memo[n]
+
+    if ctx_at(0) >= top:
+        _host_expert_blocks(c, 0)
+        return None
+    n_all = max([il + 1 for il, L in enumerate(c.layers) if int(L.get("expert_bytes") or 0)] or [0])
+    goal = min(top, ctx_at(n_all))
+    if goal <= ctx_at(0):
+        _host_expert_blocks(c, 0)     # experts on the host buy no context here: keep them on the GPUs
+        return None
+    lo, hi = 0, n_all                 # ctx_at(lo) < goal <= ctx_at(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ctx_at(mid) >= goal:
+            hi = mid
+        else:
+            lo = mid
+    _host_expert_blocks(c, hi)
+    per_slot = 1 if c.s["kv_unified"] else n_seq
+    reached = "reaches the %d-token cap per slot" % cap_slot if goal >= top else (
+        "reaches %d tokens per slot, the most any number of blocks does (the cap is %d)" % (goal // per_slot, cap_slot))
+    all_gpu = "%d tokens per slot" % (ctx_at(0) // per_slot) if ctx_at(0) else "does not fit"
+    return ("serve.n_cpu_moe chosen by the planner: %d -- the routed experts of blocks 0-%d stay on the host, the "
+            "fewest blocks whose plan %s (every expert on the GPUs: %s); set serve.n_cpu_moe to pin it (0 keeps "
+            "every expert on the GPUs)" % (hi, hi - 1, reached, all_gpu))
 
 
 def _ffn_width(layer, n_used, n_ff):
@@ -1301,9 +1363,9 @@ def _host_experts(c, nbytes):
     s = c.s
     if not c.n_used:
         return None
-    pinned = s["load_mode"] in PINNED_LOAD_MODES
+    memory = LOAD_MODE_MEMORY[s["load_mode"]]
+    pinned = memory == "pinned"
     blocks = sorted(c.cpu_moe_blocks)
-    memory = "pinned" if pinned else ("locked" if s["load_mode"] == "mlock" else "mapped")
     return {"blocks": len(blocks), "block_range": [blocks[0], blocks[-1]] if blocks else None, "bytes": nbytes,
             "load_mode": s["load_mode"], "memory": memory, "pinned_bytes": nbytes if pinned else 0,
             "n_cpu_moe": s["n_cpu_moe"], "cpu_moe": s["cpu_moe"]}
@@ -1644,7 +1706,8 @@ def _state_law(c, n_ctx_seq):
             "recurrent_bytes_per_slot": rs_total, "slot_tokens": n_ctx_seq, "slot_state_bytes": slot}
 
 
-def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings):
+def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings, experts_bytes=0):
+    """The prompt cache's law and its budget: at most half of the host RAM the experts kept there leave."""
     law = _state_law(c, n_ctx_seq)
     slot = law["slot_state_bytes"]
     want = c.s["cache_ram_mib"]
@@ -1672,11 +1735,13 @@ def _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings):
                       "(cache_ram_mib: auto)" % (mib, explain, mib, mib * MIB / float(GIB), res["auto_mib"]))
     if host_ram_bytes is None:
         warnings.append("host_ram_bytes not given: cache_ram_mib %d is not checked against half the host RAM" % mib)
-    elif mib * MIB > host_ram_bytes / 2.0:
-        errors.append("serve.cache_ram_mib %d (%.2f GiB) is more than half the host RAM (%.2f GiB of %.2f GiB); the "
+    elif mib * MIB > (host_ram_bytes - experts_bytes) / 2.0:
+        left = host_ram_bytes - experts_bytes
+        beside = (" beside the %.2f GiB of experts kept there (serve.n_cpu_moe / serve.cpu_moe)" % (experts_bytes / float(GIB))
+                  if experts_bytes else "")
+        errors.append("serve.cache_ram_mib %d (%.2f GiB) is more than half the host RAM%s (%.2f GiB of %.2f GiB); the "
                       "prompt cache may not claim more than %d MiB on this host"
-                      % (mib, mib * MIB / float(GIB), host_ram_bytes / 2.0 / GIB, host_ram_bytes / float(GIB),
-                         int(host_ram_bytes / 2 // MIB)))
+                      % (mib, mib * MIB / float(GIB), beside, left / 2.0 / GIB, left / float(GIB), int(max(0, left) / 2 // MIB)))
     return res
 
 
@@ -1761,6 +1826,12 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     auto = s["tensor_split"] == "auto"
     fixed_split = None if auto else s["tensor_split"]
     evs = []
+    moe_choice = None
+    if auto and s["ctx_size"] == "max" and s["n_cpu_moe_open"]:
+        note = _choose_n_cpu_moe(c, floor)
+        if note:
+            warnings.append(note)
+            moe_choice = {"n_cpu_moe": s["n_cpu_moe"], "reason": note}
     if s["ctx_size"] == "max":
         n_ctx_max, best = _max_ctx(c, fixed_split, floor, auto)
         if n_ctx_max is None:
@@ -1822,7 +1893,8 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     drafter_unused = _drafter_unused(c)
     if drafter_unused:
         warnings.append(drafter_unused)
-    cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings)
+    cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings,
+                       experts_bytes=(best.get("host_experts") or {}).get("bytes") or 0)
     _moe_checks(c, best, cache, host_ram_bytes, errors, warnings)
     if errors:
         fits = False
@@ -1856,4 +1928,5 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
         "output_device": best["slots"][-1],
         "drafter_unused": drafter_unused,
         "host_experts": best["host_experts"],
+        "n_cpu_moe_choice": moe_choice,
     }

@@ -53,6 +53,14 @@ def spec_init_logged(spec_type, verbosity):
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 # --flash-attn and --reasoning take on|off|auto.
 ON_OFF_AUTO = ("on", "off", "auto")
+# --load-mode values (common/arg.cpp), and how each holds the weights kept in host RAM (src/llama-model-loader.cpp
+# use_mmap, src/llama-model.cpp load_tensors): auto is mmap unless a device cannot map (every CUDA/HIP device here
+# can); mmap maps the file (page cache, reclaimable, read back on the next token); mmap+mlock maps and locks it;
+# none, mlock and dio read the file into a host buffer -- the GPU backend's pinned host buffer type, which the system
+# cannot reclaim (mlock locks it too).
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+LOAD_MODE_MEMORY = {"auto": "mapped", "mmap": "mapped", "mmap+mlock": "locked",
+                    "none": "pinned", "mlock": "pinned", "dio": "pinned"}
 
 # Names HIP reads bare from the environment (2026-08-13 incident): never set them for the service;
 # llama.cpp takes --host/--port/--temp as flags only.
@@ -137,6 +145,7 @@ FLAG_SPELLINGS = _spelling_table("""
 --log-verbosity           -lv --verbosity --log-verbosity
 --cpu-moe                 -cmoe --cpu-moe
 --n-cpu-moe               -ncmoe --n-cpu-moe
+--load-mode               -lm --load-mode
 """)
 # Flags that move weights, KV or compute to places fit_plan does not size: serve_guard refuses them.
 _UNSIZED_PLACEMENT_SPELLINGS = _spelling_table("""

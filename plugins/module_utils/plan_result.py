@@ -40,7 +40,7 @@ INVENTORY_NAMES = {
     "spec_type": "llama_server_spec_type", "spec_draft_n_max": "llama_server_spec_draft_n_max",
     "draft_device": "llama_server_spec_draft_device", "cache_ram_mib": "llama_server_cache_ram",
     "floor_bytes": "dankfleet_plan_floor_bytes", "lean_layers": "dankfleet_plan_lean_layers",
-    "n_cpu_moe": "llama_server_n_cpu_moe", "cpu_moe": "llama_server_cpu_moe",
+    "n_cpu_moe": "llama_server_n_cpu_moe", "cpu_moe": "llama_server_cpu_moe", "load_mode": "llama_server_load_mode",
 }
 _SERVE_FIELD = re.compile(r"\bserve\.([a-z_]+)")
 # a field named bare in a hint ("lower floor_bytes", "cache_type_k/v q8_0"), never part of a longer name
@@ -91,6 +91,7 @@ def fit_serve(serve, floor_bytes=0, lean_layers=0):
         "cache_ram_mib": serve.get("cache_ram", serve.get("cache_ram_mib", "auto")),
         "n_cpu_moe": int(serve.get("n_cpu_moe") or 0),
         "cpu_moe": bool(serve.get("cpu_moe")),
+        "load_mode": serve.get("load_mode") or "auto",
     }
     if serve.get("spec_draft_device") not in (None, ""):
         out["draft_device"] = serve["spec_draft_device"]
@@ -144,6 +145,13 @@ def plan_result(fit, serve, host="this host", reads="host"):
     ]
     lines += ["card %s: %s layers, %s GiB free of %s GiB"
               % (d["name"], d.get("layers", "?"), _gib(d["free_bytes"]), _gib(d["vram_total_bytes"])) for d in devices]
+    experts = fit.get("host_experts") or {}
+    if experts.get("bytes"):
+        setting = "llama_server_cpu_moe" if experts.get("cpu_moe") else "llama_server_n_cpu_moe %d%s" % (
+            experts["n_cpu_moe"], ", chosen by the planner" if fit.get("n_cpu_moe_choice") else "")
+        lines.append("experts on the host: blocks %d-%d (%s), %s GiB %s (load mode %s)" % (
+            experts["block_range"][0], experts["block_range"][1], setting, _gib(experts["bytes"]), experts["memory"],
+            experts["load_mode"]))
     lines.append("binding: " + binding)
     if pinned["tensor_split"]:
         tensor_split = [_share(s) for s in serve["tensor_split"]]

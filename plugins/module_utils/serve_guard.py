@@ -68,6 +68,7 @@ _ROLE_FLAGS = (
     (("--log-verbosity",), "llama_server_log_verbosity"),
     (("--n-cpu-moe",), "llama_server_n_cpu_moe (the plan sizes the experts it keeps in host RAM)"),
     (("--cpu-moe",), "llama_server_cpu_moe (the plan sizes the experts it keeps in host RAM)"),
+    (("--load-mode",), "llama_server_load_mode (the plan sizes the host RAM it maps or pins)"),
 )
 # Flags that move weights, KV or compute to places fit_plan does not size: no variable can set them.
 _UNPLANNED_FLAGS = rules.spellings(*rules.UNSIZED_PLACEMENT_FLAGS)

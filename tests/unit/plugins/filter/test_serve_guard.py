@@ -31,6 +31,8 @@ LAUNCHER = os.path.join(lib.ROOT, "roles", "llama_server", "templates", "serve-l
     (["-cmoe"], "llama_server_cpu_moe"),
     (["--n-cpu-moe", "24"], "llama_server_n_cpu_moe"),
     (["-ncmoe=24"], "llama_server_n_cpu_moe"),
+    (["--load-mode", "none"], "llama_server_load_mode"),
+    (["-lm=mmap"], "llama_server_load_mode"),
 ])
 def test_planned_flags_are_named_with_their_variable(args, variable):
     problems = serve_shadowed(args)

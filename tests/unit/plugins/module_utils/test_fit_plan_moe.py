@@ -31,6 +31,8 @@ def dense_planned(model):
     """The same header as the planner saw it before issue 38: no expert facts."""
     m = copy.deepcopy(model)
     m["expert_count"] = m["expert_used_count"] = 0
+    for L in m["layers"]:
+        L["expert_bytes"] = 0
     return m
 
 
@@ -129,10 +131,13 @@ def test_more_blocks_on_the_host_never_add_gpu_weights(a, b):
     assert dev(r_lo)["weights_bytes"] + r_lo["host_experts"]["bytes"] == dev(r_hi)["weights_bytes"] + r_hi["host_experts"]["bytes"]
 
 
-@pytest.mark.parametrize("mode, memory, pinned", [(None, "mapped", False), ("mmap", "mapped", False),
-                                                  ("mlock", "locked", False), ("none", "pinned", True),
+@pytest.mark.parametrize("mode, memory, pinned", [(None, "mapped", False), ("auto", "mapped", False),
+                                                  ("mmap", "mapped", False), ("mmap+mlock", "locked", False),
+                                                  ("mlock", "pinned", True), ("none", "pinned", True),
                                                   ("dio", "pinned", True)])
 def test_load_mode_says_how_the_host_holds_the_experts(mode, memory, pinned):
+    """b11434's loader maps the file for auto/mmap (locked with mmap+mlock) and reads it into the GPU backend's pinned
+    host buffer for none, mlock and dio (llama-model-loader.cpp use_mmap)."""
     r = plan(CARD, MODEL, serve(cpu_moe=True, load_mode=mode), host_ram_bytes=64 * GIB)
     hx = r["host_experts"]
     assert hx["memory"] == memory and hx["pinned_bytes"] == (hx["bytes"] if pinned else 0)
@@ -188,3 +193,74 @@ def test_any_value_of_the_expert_settings_plans_or_is_refused_by_name(field, val
         assert "serve.%s" % field in str(exc)
     else:
         assert isinstance(r["fits"], bool)
+
+
+# --- the planner chooses --n-cpu-moe (an auto split at ctx_size max, n_cpu_moe left open) ----------------------
+
+LONG = dict(ctx_size="max", max_ctx_per_slot=131072)        # the YaRN-stretched window operators run this family at
+
+
+@pytest.mark.parametrize("open_value", [None, "auto"])
+def test_an_open_n_cpu_moe_is_the_fewest_blocks_whose_plan_reaches_the_cap(open_value):
+    """issue 38: what operators do by hand on a 24 GiB card -- offload just enough blocks' experts for the window."""
+    kw = dict(LONG) if open_value is None else dict(LONG, n_cpu_moe=open_value)
+    r = plan(CARD, MODEL, serve(**kw), host_ram_bytes=64 * GIB)
+    choice = r["n_cpu_moe_choice"]
+    n = choice["n_cpu_moe"]
+    assert r["fits"], r["errors"]
+    assert r["ctx_size"] == 131072 and 0 < n < 48 and r["host_experts"]["blocks"] == n
+    assert choice["reason"] in r["warnings"] and ("chosen by the planner: %d" % n) in choice["reason"]
+    # the same plan as the operator pinning that N, and one block fewer does not reach the window
+    pinned = plan(CARD, MODEL, serve(n_cpu_moe=n, **LONG), host_ram_bytes=64 * GIB)
+    assert pinned["n_cpu_moe_choice"] is None and pinned["devices"] == r["devices"]
+    assert plan(CARD, MODEL, serve(n_cpu_moe=n - 1, **LONG), host_ram_bytes=64 * GIB)["ctx_size"] < 131072
+    # an explicit 0 keeps every expert on the GPUs, with the context that leaves
+    zero = plan(CARD, MODEL, serve(n_cpu_moe=0, **LONG), host_ram_bytes=64 * GIB)
+    assert zero["n_cpu_moe_choice"] is None and zero["host_experts"]["blocks"] == 0 and zero["ctx_size"] < 131072
+
+
+def test_the_planner_keeps_every_expert_on_the_gpus_when_that_reaches_the_cap():
+    r = plan(CARD, MODEL, serve(ctx_size="max"), host_ram_bytes=64 * GIB)
+    assert r["ctx_size"] == MODEL["context_length"] and r["n_cpu_moe_choice"] is None and r["host_experts"]["blocks"] == 0
+
+
+def test_the_planner_chooses_only_what_the_inventory_left_open():
+    """A pinned context, a pinned split or --cpu-moe leave nothing to choose: an open n_cpu_moe is then 0."""
+    for kw in (dict(ctx_size=131072), dict(LONG, tensor_split=[1]), dict(LONG, cpu_moe=True)):
+        r = plan(CARD, MODEL, serve(**kw), host_ram_bytes=64 * GIB)
+        assert r["n_cpu_moe_choice"] is None
+        assert r["host_experts"]["blocks"] == (48 if kw.get("cpu_moe") else 0)
+
+
+def test_when_no_number_reaches_the_cap_the_fewest_blocks_with_the_largest_context_are_chosen():
+    small = [{"name": "RTX 4070", "vram_total_bytes": 12 * GIB}]
+    wide = dict(ctx_size="max", max_ctx_per_slot=1 << 20)
+    r = plan(small, MODEL, serve(**wide), host_ram_bytes=64 * GIB)
+    every = plan(small, MODEL, serve(cpu_moe=True, **wide), host_ram_bytes=64 * GIB)
+    n = r["n_cpu_moe_choice"]["n_cpu_moe"]
+    assert r["ctx_size"] == every["ctx_size"] < 1 << 20 and "the most any number of blocks does" in r["n_cpu_moe_choice"]["reason"]
+    assert plan(small, MODEL, serve(n_cpu_moe=n - 1, **wide), host_ram_bytes=64 * GIB)["ctx_size"] < r["ctx_size"]
+
+
+def test_a_dense_model_is_never_given_experts_on_the_host():
+    r = plan(lib.r9700s(), lib.fixture("frank_medium"), {"backend": "hip", "ctx_size": "max"})
+    assert r["n_cpu_moe_choice"] is None and r["host_experts"] is None
+
+
+def test_routed_expert_tensors_without_an_expert_count_are_refused_not_planned_as_dense():
+    m = copy.deepcopy(MODEL)
+    m["expert_count"] = m["expert_used_count"] = 0
+    with pytest.raises(FitPlanError, match=r"model\.architecture 'qwen3moe' carries routed expert tensors "
+                       r"\(blk\.0\.ffn_\*_exps, 48 blocks\) but no qwen3moe\.expert_count.*refused rather than planned"):
+        plan(CARD, m, serve())
+
+
+def test_the_prompt_cache_budget_is_half_of_the_ram_the_experts_leave():
+    """issue 38: the cache-ram budget sees the experts on the host -- 24 GiB of prompt cache is under half of
+    64 GiB, but not under half of the 47.65 GiB that 16.35 GiB of experts leave."""
+    dense_side = plan(CARD, MODEL, serve(cache_ram_mib=20480), host_ram_bytes=64 * GIB)
+    assert not any("more than half the host RAM" in e for e in dense_side["errors"])
+    r = plan(CARD, MODEL, serve(cpu_moe=True, cache_ram_mib=24576), host_ram_bytes=64 * GIB)
+    msg = [e for e in r["errors"] if "more than half the host RAM" in e]
+    assert msg and "beside the 16.35 GiB of experts kept there" in msg[0] and "may not claim more than 24398 MiB" in msg[0]
+    assert not r["fits"]

@@ -161,3 +161,41 @@ def test_the_recorded_qwen3moe_fixture_is_fresh_and_30b_a3b_shaped():
     non_expert_gpu = sum(L["non_expert_bytes"] for L in f["layers"]) + f["output_bytes"]
     assert 0.7 < non_expert_gpu / gib < 0.85                    # issue 38: --cpu-moe leaves ~0.8 GiB on the GPU
     assert json.dumps(f, sort_keys=True)                        # plain JSON, as gguf_info returns it
+
+
+# The MoE archs whose b11434 load_hparams reads <arch>.expert_shared_feed_forward_length (qwen2moe-style shared expert,
+# src/models/<arch>.cpp) and whose headers this builder can write: the width is read wherever a file carries one.
+SHARED_EXPERT_ARCHS = ("qwen2moe", "granitemoe", "hunyuan-moe", "bailingmoe2", "ernie4_5-moe", "exaone-moe", "cohere2moe",
+                       "step35")
+
+
+@pytest.mark.parametrize("arch", SHARED_EXPERT_ARCHS)
+def test_the_shared_expert_width_is_read_for_every_arch_that_has_one(tmp_path, arch):
+    """issue 38: the shared expert (ffn_*_shexp) is read off its tensors, apart from the routed experts' bytes; the
+    planner then plans the archs it models with it and refuses the rest by name (never as dense)."""
+    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
+    f = gguf_facts(moe_model(tmp_path, arch=arch, shexp=80, n_ff_exp=32, n_used=2))
+    assert f["is_moe"] and f["expert_shared_feed_forward_length"] == 80
+    assert all((L["n_ff_shexp"], L["n_ff_exp"]) == (80, 32) for L in f["layers"])
+    assert all(L["expert_bytes"] == 3 * nbytes([N_EMBD, 32, 8], "Q8_0") for L in f["layers"])
+    card = [{"name": "g", "vram_total_bytes": 24 << 30}]
+    if arch in MOE_PLANNED_ARCHS:
+        assert plan(card, f, {"backend": "cuda", "ctx_size": 4096})["fits"]
+    else:
+        with pytest.raises(FitPlanError, match=r"model\.architecture %r is a Mixture-of-Experts model \(8 experts, 2 used\) "
+                           r"that fit_plan does not model" % arch):
+            plan(card, f, {"backend": "cuda", "ctx_size": 4096})
+
+
+def test_a_shared_expert_wider_than_the_routed_ones_sets_the_planned_ffn_width(tmp_path):
+    """build_moe_ffn's experts, then the shared expert on its own width: the planner sizes the wider of the two."""
+    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import PROFILES, plan
+    card = [{"name": "g", "vram_total_bytes": 24 << 30}]
+    serve = {"backend": "cuda", "ctx_size": 4096, "ubatch_size": 512}
+
+    def compute(shexp, name):
+        f = gguf_facts(moe_model(tmp_path, arch="qwen2moe", shexp=shexp, n_ff_exp=32, n_used=2, name=name))
+        return plan(card, f, serve)["devices"][0]["compute_bytes"]
+
+    narrow, wide = compute(48, "n.gguf"), compute(160, "w.gguf")     # 48 < 2 x 32 <= 160
+    assert wide - narrow == PROFILES["cuda"]["act_ff_bytes"] * (160 - 2 * 32) * 512

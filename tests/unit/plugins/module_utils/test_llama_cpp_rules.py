@@ -104,6 +104,7 @@ def test_the_env_checker_copy_agrees(env_check):
     assert tuple(env_check.CHOICES["SPLIT_MODE"]) == rules.SPLIT_MODES
     assert set(env_check.CHOICES["FLASH_ATTN"]) == set(rules.ON_OFF_AUTO)
     assert set(env_check.CHOICES["REASONING"]) == set(rules.ON_OFF_AUTO)
+    assert tuple(env_check.CHOICES["LOAD_MODE"]) == rules.LOAD_MODES
 
 
 def test_the_launcher_copy_agrees(launcher_arms):
@@ -125,6 +126,8 @@ def test_the_argument_specs_choices_agree():
     options = _yaml("meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert tuple(options["llama_server_spec_type"]["choices"]) == rules.SPEC_TYPES
     assert tuple(options["llama_server_split_mode"]["choices"]) == rules.SPLIT_MODES
+    assert tuple(options["llama_server_load_mode"]["choices"]) == rules.LOAD_MODES
+    assert sorted(rules.LOAD_MODE_MEMORY) == sorted(rules.LOAD_MODES)
 
 
 def test_every_variable_the_env_checker_types_is_one_the_launcher_reads(env_check):

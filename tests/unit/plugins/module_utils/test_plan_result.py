@@ -163,3 +163,18 @@ def test_experts_on_the_host_reach_the_plan_from_the_settled_serve():
     assert not plan(card, moe, pr.fit_serve(dict(settled, n_cpu_moe=0), floor_bytes=GIB // 2))['fits']
     small = plan(card, moe, pr.fit_serve(dict(settled, cpu_moe=True), floor_bytes=GIB // 2), host_ram_bytes=16 * GIB)
     assert any('llama_server_n_cpu_moe' in pr.inventory_names(e) for e in small['errors'])
+
+
+@pytest.mark.parametrize('mode, memory', [('', 'mapped'), ('auto', 'mapped'), ('none', 'pinned')])
+def test_the_load_mode_reaches_the_plan_and_says_how_the_host_holds_the_experts(mode, memory):
+    """issue 38: llama_server_load_mode, settled (the empty string when unset), is fit_plan's serve.load_mode."""
+    settled = dict(SETTLED, backend='cuda', parallel=1, spec_type=[], ctx_size=65536, n_cpu_moe=24, load_mode=mode)
+    serve = pr.fit_serve(settled, floor_bytes=GIB // 2)
+    assert serve['load_mode'] == (mode or 'auto')
+    fit = plan([{'name': 'RTX 3090', 'vram_total_bytes': 24 * GIB}], lib.fixture('qwen3moe_30b_a3b'), serve,
+               host_ram_bytes=64 * GIB)
+    assert fit['host_experts']['memory'] == memory
+    lines = pr.plan_result(fit, serve, host='moe')['capacity']['lines']
+    assert lines[-2] == 'experts on the host: blocks 0-23 (llama_server_n_cpu_moe 24), 8.17 GiB %s (load mode %s)' % (
+        memory, mode or 'auto')
+    assert pr.inventory_names('serve.load_mode x') == 'llama_server_load_mode x'

