@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
 from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 ALIAS = 'frank-lab'
@@ -139,7 +140,7 @@ def _verify(monkeypatch, stand, env=None, previous=None):
                          run_command=journal_reader(JOURNAL))
 
 
-def journal_reader(journal, invocation='abc123'):
+def journal_reader(journal, invocation='7f3c2a9e5b1d4c8fa0e6b2d9c4f1a8e3'):
     """systemctl show InvocationID / journalctl _SYSTEMD_INVOCATION_ID of the unit, as argv -> (rc, out, err)."""
     def run(argv):
         if argv[0] == 'systemctl':
@@ -572,6 +573,26 @@ def test_an_unreadable_journal_fails_the_drafter(monkeypatch):
     c = _check(_run(monkeypatch, Drafting(), reader=lambda argv: (1, '', 'Failed to connect to bus\x1b[2J')), 'drafter')
     assert c['status'] == 'fail' and 'cannot be read' in c['reason'] and 'exited 1' in c['reason'], c
     assert not CONTROL.search(c['reason'])
+
+
+def test_this_starts_journal_is_read_through_its_shape(monkeypatch):
+    """The journal is outside data: a line with a terminal escape still carries its init line and reaches the
+    reason escaped; an InvocationID that is no systemd ID is never spliced into journalctl's argv; a journal past
+    the reader's bound is a named refusal, never a partial read taken for the whole."""
+    journal = "\x1b[31mspec common_specu: adding speculative implementation 'draft-mtp'\x1b[0m\n" + JOURNAL
+    c = _check(_run(monkeypatch, Drafting(), journal=journal), 'drafter')
+    assert c['status'] == 'pass' and c['figures']['found'] == ['draft-mtp', 'ngram-mod'], c
+    calls = []
+
+    def forged(argv):
+        calls.append(argv)
+        return (0, 'x --grep=. -u other.service\n', '') if argv[0] == 'systemctl' else (0, JOURNAL, '')
+    c = _check(_run(monkeypatch, Drafting(), reader=forged), 'drafter')
+    assert c['status'] == 'fail' and 'is not a systemd invocation ID (32 hex digits)' in c['reason'], c
+    assert [a[0] for a in calls] == ['systemctl']
+    monkeypatch.setattr(lg, 'text_lines', lambda text, source: tr.text_lines(text, source, max_lines=2))
+    c = _check(_run(monkeypatch, Drafting()), 'drafter')
+    assert c['status'] == 'fail' and 'cannot be read' in c['reason'] and '3 lines: at most 2 are read' in c['reason'], c
 
 
 def test_a_tokenizer_that_repeats_every_ngram_cannot_prove_the_drafter(monkeypatch):
