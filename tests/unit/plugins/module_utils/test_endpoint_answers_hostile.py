@@ -464,6 +464,44 @@ def test_a_tokenizer_that_never_covers_the_target_cannot_grow_the_filler_beyond_
     assert c['figures']['target_tokens'] == 1006 and max(sent) <= 2 * 1006 + 64, (sent, c)
 
 
+def _deep(monkeypatch, tokens):
+    stand = Drafting()
+    monkeypatch.setattr(ev, 'Endpoint', lambda *a, **k: stand)
+    res = ev.run_verify(ev.features(dict(ENV)), '', {'request_timeout': 5, 'checks': ['window'], 'window_deep': True,
+                                                     'window_deep_tokens': tokens, 'window_fraction': 0.25})
+    return stand, _check(res, 'window')
+
+
+def test_the_deep_window_fills_one_slot_to_its_depth_and_records_the_prefill_rate(monkeypatch):
+    stand, c = _deep(monkeypatch, 900)
+    assert c['status'] == 'pass' and c['figures']['mode'] == 'deep' and c['figures']['target_tokens'] == 900, c
+    window = [p for p in stand.sent if p.get('max_tokens') == 4]
+    assert len(window) == 1 and window[0]['id_slot'] == 0 and window[0]['cache_prompt'] is False, window
+    # the server's own clock: the recorded answer's 12.5 ms over its prompt_n, not the wall time
+    prompt_n = len(window[0]['messages'][-1]['content'].split()) + 10
+    assert c['figures']['prefill_seconds'] == 0.01 and c['figures']['prefill_tok_s'] == round(prompt_n / 0.0125, 1)
+    assert '(deep, 900 of 1024)' in c['reason'] and 'prefill %s tok/s' % c['figures']['prefill_tok_s'] in c['reason']
+    stand, c = _deep(monkeypatch, 0)
+    # 0: the whole slot but the template's tokens and the answer's
+    assert c['status'] == 'pass' and 1000 <= c['figures']['target_tokens'] < 1024, c
+
+
+def test_a_deep_window_beyond_one_slot_fails_naming_the_setting(monkeypatch):
+    stand, c = _deep(monkeypatch, 140069)
+    assert c['status'] == 'fail' and c['fatal'] and 'window_deep_tokens 140069 is beyond one slot' in c['reason'], c
+    assert 'llama_server_verify_window_deep_tokens' in c['reason']
+    assert not [p for p in stand.sent if p.get('max_tokens') == 4]      # nothing filled
+
+
+def test_the_deep_mode_is_what_the_dry_run_describes():
+    f = ev.features(dict(ENV))
+    text = '\n'.join(ev.would_send(f, {'window_deep': True, 'window_deep_tokens': 140069}))
+    assert 'a prompt of 140069 tokens (deep)' in text
+    assert 'all of one slot (1024 tokens)' in '\n'.join(ev.would_send(f, {'window_deep': True}))
+    assert ev.validate_options(dict(ev.DEFAULTS, window_deep_tokens=-1))[0].startswith('window_deep_tokens=-1')
+    assert 'window_deep_tokens=True' in ev.validate_options(dict(ev.DEFAULTS, window_deep_tokens=True))[0]
+
+
 def test_a_stream_whose_chunks_carry_no_choices_fails(monkeypatch):
     c = _check(_one(monkeypatch, 'chunk', ('choices',), []), 'stream')
     assert c['status'] == 'fail' and '0 chunk(s)' in c['reason'], c
