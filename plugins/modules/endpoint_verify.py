@@ -101,7 +101,7 @@ options:
       - The C(window) check's deep mode, in place of O(window_fraction) - one slot (slot 0) filled to
         O(window_deep_tokens) with the prompt cache off; the prefill rate (C(timings.prompt_ms), the server's own clock)
         and its time are the check's figures. The runbook proved 140,069 tokens through one slot in 134 s (1043 tok/s).
-      - Minutes on a real model: run it on demand (C(--tags verify -e llama_server_verify_window_deep=true)).
+      - Minutes on a real model, so it runs on demand (C(--tags verify -e llama_server_verify_window_deep=true)).
     type: bool
     default: false
   window_deep_tokens:
