@@ -14,7 +14,9 @@ import copy
 import json
 import math
 import re
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -698,3 +700,87 @@ def test_an_answer_that_differs_without_the_prompt_cache_is_named(monkeypatch):
     c = _check(_run(monkeypatch, Drafting(uncached_differs=True), checks=('isolation',)), 'isolation')
     assert c['status'] == 'fail' and 'differently without the prompt cache' in c['reason'], c
     assert c['figures']['slots'][0]['differs'][0]['char'] == 24
+
+
+# --- over real HTTP: issue 35's two cases no real llama-server can stage ------------------------------------
+# A model drafter that never drafts while ngram-mod drafts on the echo prompt, and a slot whose greedy answer changes
+# after another conversation ran on it: b11434 runs one speculative config for every slot and its CPU build leaks
+# no state between requests, so the lab cannot make either happen. Here a local http.server (a real socket)
+# answers with the stand's recorded b11434 answers and run_verify reaches it through its own Endpoint: the request
+# bodies, the id_slot pinning and the answers' shapes cross the wire as they do in a deploy.
+
+def _checks(result):
+    return dict((c['name'], c) for c in result['checks'])
+
+
+class Served(object):
+    """The recorded answers (a Drafting stand) served on 127.0.0.1 at a free port."""
+
+    def __init__(self, stand):
+        self.stand = stand
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                length = int(self.headers.get('Content-Length') or 0)
+                payload = json.loads(self.rfile.read(length).decode('utf-8')) if length else None
+                with lock:                                   # the stand's bookkeeping is not thread-safe
+                    code, body = stand._request(self.path, payload)
+                data = body.encode('utf-8')
+                self.send_response(code)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _verify_http(stand, checks):
+    with Served(stand) as srv:
+        expect = ev.features(dict(ENV, LISTEN_PORT=str(srv.port)))
+        assert expect['base'] == 'http://127.0.0.1:%d' % srv.port
+        return ev.run_verify(expect, '', {'request_timeout': 10, 'checks': list(checks)},
+                             run_command=journal_reader(JOURNAL), service='frank-medium.service')
+
+
+def test_over_http_the_lab_shape_passes_slots_drafter_and_isolation():
+    res = _verify_http(Drafting(), ('slots', 'drafter', 'isolation'))
+    assert res['passed'], res['message']
+    assert [r['draft_n'] for r in _checks(res)['drafter']['figures']['slots']] == [12, 12]
+
+
+def test_over_http_a_model_drafter_that_never_drafts_fails_while_ngram_mod_drafts_on_echo():
+    stand = Drafting(model_drafts=False)
+    res = _verify_http(stand, ('slots', 'drafter'))
+    checks = _checks(res)
+    assert checks['slots']['status'] == 'pass', checks['slots']          # the echo prompt: ngram-mod drafts
+    assert not res['passed'] and checks['drafter']['status'] == 'fail' and checks['drafter']['fatal']
+    assert 'the draft-mtp drafter does not draft' in checks['drafter']['reason']
+    pinned = sorted(p['id_slot'] for p in stand.sent if p['messages'][-1]['content'].startswith('Continue this list'))
+    assert pinned == [0, 1]
+
+
+@pytest.mark.parametrize('slot', [0, 1])
+def test_over_http_a_slot_whose_second_answer_differs_fails_naming_it(slot):
+    res = _verify_http(Drafting(leaky_slot=slot), ('isolation',))
+    c = _checks(res)['isolation']
+    assert not res['passed'] and c['status'] == 'fail' and c['fatal'], c
+    assert ('slot %d answered the same greedy prompt differently after another conversation' % slot) in c['reason']
+    assert ('slot %d' % (1 - slot)) + ' answered' not in c['reason']
+    assert [r['identical'] for r in c['figures']['slots']] == [slot != 0, slot != 1]
