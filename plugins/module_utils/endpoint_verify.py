@@ -19,7 +19,10 @@ skipped with the reason when the live shape (its env file) does not configure th
   per-slot draft figure (tools/server/server-common.cpp ``server_slot_stats::to_json``);
 - ``prefix_cache``: one prompt, then the same conversation carried on, on one slot; the second
   re-prefills at most a few of the first's tokens (``timings.prompt_n`` against the new tokens);
-- ``window``: a prompt filling ``window_fraction`` of one slot's context is accepted and answered;
+- ``window``: a prompt filling ``window_fraction`` of one slot's context is accepted and answered; in the deep
+  mode (``window_deep``, on demand) one slot is filled to ``window_deep_tokens`` (0: all of it but the template
+  and the answer) instead - the runbook's 140,069 tokens through one slot - and the prefill rate and its time
+  are the check's figures;
 - ``drafter``: this start's journal (its ``_SYSTEMD_INVOCATION_ID``) carries b11434's ``adding speculative
   implementation '<type>'`` line for every ``SPEC_TYPE`` entry logged at the unit's ``LOG_VERBOSITY`` (the
   block-diffusion drafters at info, every other type at trace, -lv 4); with a drafter that runs a model, every
@@ -66,6 +69,8 @@ DEFAULTS = dict(
     reasoning_efforts=['low', 'medium', 'high', 'xhigh'],
     window_fraction=1.0,
     window_warn_seconds=0,
+    window_deep=False,
+    window_deep_tokens=0,
     prefix_cache_max_reprefill=8,
     slot_prompt=('Repeat this line exactly, four times: the quick brown fox jumps over the lazy dog, the quick brown '
                  'fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.'),
@@ -191,6 +196,12 @@ def validate_options(opts):
                  'isolation_words'):
         if opts[name] < 1:
             problems.append('%s=%s: must be 1 or more' % (name, opts[name]))
+    deep = opts['window_deep_tokens']
+    if not isinstance(opts['window_deep'], bool):
+        problems.append('window_deep=%r: true or false' % (opts['window_deep'],))
+    if isinstance(deep, bool) or not isinstance(deep, int) or not 0 <= deep <= WINDOW_MAX:
+        problems.append('window_deep_tokens=%r: the prompt tokens the deep window fills, 0 (the whole slot) to %d'
+                        % (deep, WINDOW_MAX))
     for name in ('prefix_cache_max_reprefill', 'window_warn_seconds'):
         if opts[name] < 0:
             problems.append('%s=%s: 0 or more' % (name, opts[name]))
@@ -277,6 +288,11 @@ def _describe(name, expect, o, base, alias):
         return ('on each of slot 0..%d: %s greedy (temperature 0, seed fixed), a %d-word conversation, the greedy '
                 'prompt again, then again with cache_prompt false: the three answers identical'
                 % (expect['slots'] - 1, chat, o['isolation_words']))
+    if o['window_deep']:
+        return ('POST %s/tokenize to size the prompt, then %s on slot 0 with a prompt of %s (deep): accepted, '
+                'answered, the prefill rate and its time recorded'
+                % (base, chat, ('%d tokens' % o['window_deep_tokens']) if o['window_deep_tokens'] else
+                   'all of one slot (%s tokens) but the template and the answer' % (expect['slot_ctx'] or 'n_ctx from /props')))
     return ('POST %s/tokenize to size the prompt, then %s with a prompt of %s of one slot (%s tokens): accepted and '
             'answered' % (base, chat, o['window_fraction'], expect['slot_ctx'] or 'n_ctx from /props'))
 
@@ -575,10 +591,21 @@ def check_window(ep, expect, o):
         return 'fail', 'a one-word request answered HTTP %s: %s' % (code, _short(error_text(body))), {}
     measured = _chat_answer(body, what='one word')['usage']['prompt_tokens']
     overhead = max(0, measured - len(_tokens(ep, 'ok', o['request_timeout']))) + 4
-    target = int(slot_ctx * float(o['window_fraction'])) - overhead - answer_tokens
-    target = min(target, slot_ctx - overhead - answer_tokens)
+    room = slot_ctx - overhead - answer_tokens
+    deep = bool(o['window_deep'])
+    if deep:
+        target = o['window_deep_tokens'] or room
+        share = 'deep, %d of %d' % (target, slot_ctx)
+        if target > room:
+            return 'fail', ('window_deep_tokens %d is beyond one slot: %d tokens per slot hold %d of prompt beside the '
+                            'template (%d) and the answer (%d) - lower llama_server_verify_window_deep_tokens, or 0 '
+                            'for the whole slot' % (target, slot_ctx, room, overhead, answer_tokens)), {
+                                'mode': 'deep', 'slot_ctx': slot_ctx, 'target_tokens': target}
+    else:
+        target = min(int(slot_ctx * float(o['window_fraction'])) - overhead - answer_tokens, room)
+        share = '%s of %d' % (o['window_fraction'], slot_ctx)
     if target < 16:
-        return 'fail', 'a %s window of %d tokens leaves no room for a prompt' % (o['window_fraction'], slot_ctx), {}
+        return 'fail', 'a %s-token window leaves no room for a prompt of 16 tokens' % share, {}
     # a filler word is at least half a token in any tokenizer: never more words than that needs
     most_words = 2 * target + 64
     sample = filler(200)
@@ -596,22 +623,32 @@ def check_window(ep, expect, o):
         text = ep.post_json('/detokenize', {'tokens': ids[:target]}, timeout=o['request_timeout'],
                             shape=DETOKENIZE)['content']
     start = time.time()
-    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], text, answer_tokens, id_slot=0),
+    # cache_prompt false: the deep figure is a whole prefill, never a prefix an earlier request left in the slot
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], text, answer_tokens, id_slot=0,
+                                                       **({'cache_prompt': False} if deep else {})),
                          timeout=o['request_timeout'])
     seconds = round(time.time() - start, 2)
-    figures = {'status': code, 'slot_ctx': slot_ctx, 'fraction': o['window_fraction'], 'target_tokens': target,
-               'prompt_tokens': None, 'seconds': seconds, 'prefill_tok_s': None}
+    figures = {'mode': 'deep' if deep else 'fraction', 'status': code, 'slot_ctx': slot_ctx,
+               'fraction': None if deep else o['window_fraction'], 'target_tokens': target, 'prompt_tokens': None,
+               'seconds': seconds, 'prefill_tok_s': None, 'prefill_seconds': None}
     if code != 200:
-        return 'fail', ('a prompt of ~%d tokens (%s of the %d-token slot) was refused: HTTP %s %s'
-                        % (target, o['window_fraction'], slot_ctx, code, _short(error_text(body)))), figures
-    usage = _chat_answer(body, what='the window')['usage']
+        return 'fail', ('a prompt of ~%d tokens (%s-token slot) was refused: HTTP %s %s'
+                        % (target, share, code, _short(error_text(body)))), figures
+    answer = _chat_answer(body, what='the window')
+    usage, timings = answer['usage'], answer.get('timings') or {}
     prompt_tokens, completion = usage['prompt_tokens'], usage['completion_tokens']
     figures.update(prompt_tokens=prompt_tokens, prefill_tok_s=round(prompt_tokens / seconds, 1) if seconds > 0 else None)
+    if timings.get('prompt_ms') and timings.get('prompt_n'):
+        # the server's own prefill clock (timings.prompt_ms): the rate without the answer's decode and the HTTP
+        figures.update(prefill_seconds=round(timings['prompt_ms'] / 1000.0, 2),
+                       prefill_tok_s=round(timings['prompt_n'] * 1000.0 / timings['prompt_ms'], 1))
     if completion < 1 or prompt_tokens < target * 0.9:
         return 'fail', ('a prompt of ~%d tokens answered with %d prompt / %d completion tokens: the window is not '
                         'what the slot declares' % (target, prompt_tokens, completion)), figures
-    why = '%d prompt tokens (%s of %d) prefilled and answered in %.1f s' % (
-        prompt_tokens, o['window_fraction'], slot_ctx, seconds)
+    why = '%d prompt tokens (%s) prefilled and answered in %.1f s' % (prompt_tokens, share, seconds)
+    if figures['prefill_tok_s'] is not None:
+        clock = ', %.1f s' % figures['prefill_seconds'] if figures['prefill_seconds'] is not None else ''
+        why += ' (prefill %s tok/s%s)' % (figures['prefill_tok_s'], clock)
     if o['window_warn_seconds'] and seconds > o['window_warn_seconds']:
         return 'warn', why + ' - slower than window_warn_seconds %s' % o['window_warn_seconds'], figures
     return 'pass', why, figures

@@ -33,7 +33,8 @@ from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import is_finite_number
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import (
     METRIC_DRAFTS, BenchError, Endpoint, parse_metrics)
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, Str, printable, text_lines
+from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import read as read_shape
 from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import parse_show
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_rules import model_drafters
 from ansible_collections.dankfleet.llm.plugins.module_utils.rpc_fleet import missing_devices
@@ -177,21 +178,32 @@ def _number(value):
     return int(value) if float(value).is_integer() else value
 
 
+# systemd's invocation ID: 128 bits, written as 32 lowercase hex digits (sd_id128_to_string)
+INVOCATION_ID = Str(max_len=32, name=True, pattern='[0-9a-f]{32}', what='a systemd invocation ID (32 hex digits)')
+
+
 def start_journal(run_command, unit):
     """(the journal of the unit's current start, '') or ('', why not): the lines of its systemd invocation
-    (``_SYSTEMD_INVOCATION_ID``), so a line from an earlier start never counts. ``run_command(argv) -> (rc,
-    stdout, stderr)``."""
+    (``_SYSTEMD_INVOCATION_ID``, the start ExecMainStartTimestamp dates), so a line from an earlier start never
+    counts. Both answers are outside data: the ID is read through its shape, the journal through
+    ``text_lines`` (bounded, every line printable). ``run_command(argv) -> (rc, stdout, stderr)``."""
     argv = ['systemctl', 'show', '--property=InvocationID', '--value', unit]
     rc, inv, err = run_command(argv)
-    inv = (inv or '').strip()
-    if rc != 0 or not inv:
+    if rc != 0 or not (inv or '').strip():
         why = (': ' + printable((err or '').strip(), limit=200)) if rc != 0 else ' with no InvocationID: is %s running?' % unit
         return '', '%s exited %d%s' % (' '.join(argv), rc, why)
+    try:
+        inv = read_shape(INVOCATION_ID, (inv or '').strip(), ' '.join(argv))
+    except ShapeError as exc:
+        return '', str(exc)
     argv = ['journalctl', '--no-pager', '-o', 'cat', '_SYSTEMD_INVOCATION_ID=%s' % inv]
     rc, journal, err = run_command(argv)
     if rc != 0:
         return '', '%s exited %d: %s' % (' '.join(argv), rc, printable((err or '').strip(), limit=200))
-    return journal or '', ''
+    try:
+        return '\n'.join(text_lines(journal or '', ' '.join(argv[:2] + argv[-1:]))), ''
+    except ShapeError as exc:
+        return '', str(exc)
 
 
 def planned_checks(expect, unit, timeout):

@@ -158,6 +158,7 @@ BOUNDS = {
     "llama_server_spec_ngram_mod_n_min": (0, 1 << 16, "tokens of an n-gram"),
     "llama_server_spec_ngram_mod_n_max": (0, 1 << 16, "tokens of an n-gram"),
     "llama_server_verify_window_fraction": (0, 1, "a fraction of the context"),
+    "llama_server_verify_window_deep_tokens": (0, 1 << 21, "prompt tokens of one slot (no trained window is 2 Mi)"),
     "llama_server_plan_actual_workers[].pid": (1, 1 << 22, "a Linux process id (pid_max is at most 4194304)"),
     "llama_rpc_worker_devices[].port": (1, 65535, "a TCP port 1-65535"),
     "gguf_fetch_manifest[].size": (0, 1 << 44, "bytes of one file (0 until filled from the Hub); no GGUF is 16 TiB"),

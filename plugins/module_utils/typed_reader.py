@@ -20,7 +20,8 @@ and the path inside it (``/props default_generation_settings: expected an object
 TypeError, a KeyError, an OverflowError or a RecursionError from deep inside a check, never a default.
 ``load_json`` bounds JSON text before and after parsing; ``metrics`` reads the Prometheus exposition format
 by its grammar (``1_0`` is not ten); ``int_text`` / ``num_text`` read one number from a kernel or tool line;
-``printable`` escapes control characters before host text reaches the controller's terminal.
+``text_lines`` reads a host's text (a journal) as bounded, printable lines; ``printable`` escapes control
+characters before host text reaches the controller's terminal.
 
 Stdlib only: the modules run it on the host.
 """
@@ -41,6 +42,8 @@ JSON_DEPTH = 64                  # nesting of any JSON value
 JSON_NODES = 1000000             # values in one JSON document
 JSON_BYTES = 64 << 20            # characters of one JSON document
 REPR_MAX = 60                    # characters of an offending value quoted in a refusal
+TEXT_LINES_MAX = 1000000         # lines of one host text (a journal, a log) read by text_lines
+LINE_MAX = 16384                 # characters kept of one such line (llama-server writes none near it)
 
 _CONTROL = re.compile(u'[\x00-\x1f\x7f-\x9f]')
 _CONTROL_BUT_LINES = re.compile(u'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
@@ -420,6 +423,24 @@ def load_json(text, source, shape=None, max_bytes=JSON_BYTES, max_depth=JSON_DEP
                                                             printable(text.strip(), limit=REPR_MAX) or 'empty'))
     bound(value, source, '', max_depth, max_nodes)
     return value if shape is None else shape.read(value, source, '')
+
+
+def text_lines(text, source, max_chars=JSON_BYTES, max_lines=TEXT_LINES_MAX, line_max=LINE_MAX):
+    """A host's text (a journal, a log) as its lines, each printable (control characters escaped, then cut
+    at ``line_max``): lines split on ``\\n`` only (a ``\\x85`` or ``\\u2028`` inside a line is escaped, it starts no
+    line), ``\\r`` escaped. More than ``max_chars`` characters or ``max_lines`` lines is a ShapeError naming the
+    source, never a partial read that a check would take for the whole."""
+    if not isinstance(text, str):
+        raise ShapeError(source, '', 'expected text, got %s' % kind(text))
+    if len(text) > max_chars:
+        raise ShapeError(source, '', '%d characters: at most %d are read' % (len(text), max_chars))
+    lines = text.split('\n')
+    if lines and lines[-1] == '':
+        lines.pop()
+    if len(lines) > max_lines:
+        raise ShapeError(source, '', '%d lines: at most %d are read' % (len(lines), max_lines))
+    out = [printable(line) for line in lines]
+    return [line if len(line) <= line_max else line[:max(0, line_max - 3)] + '...' for line in out]
 
 
 def int_text(text, source, lo=-INT_LIMIT, hi=INT_LIMIT):

@@ -31,7 +31,8 @@ description:
     the second re-prefilling at most O(prefix_cache_max_reprefill) of the first's tokens (a verbatim repeat is
     always prefilled in full on a hybrid model with C(--ctx-checkpoints 0));
     C(window) - a prompt of O(window_fraction) of one slot's context (sized with C(/tokenize)) accepted and answered,
-    its time in the result; the slot's context is C(CTX_SIZE / PARALLEL), which C(/props) must confirm (its C(n_ctx)
+    its time in the result (O(window_deep) fills one slot to O(window_deep_tokens) instead and records its prefill
+    rate); the slot's context is C(CTX_SIZE / PARALLEL), which C(/props) must confirm (its C(n_ctx)
     is read alone only without a C(CTX_SIZE), up to 2097152 tokens), and the filler never outgrows it;
     C(drafter) (a C(SPEC_TYPE)) - the journal of the unit's current start (C(_SYSTEMD_INVOCATION_ID), read with
     C(journalctl) on the target) carries b11434's C(adding speculative implementation '<type>') line for every
@@ -93,6 +94,19 @@ options:
     default: 1.0
   window_warn_seconds:
     description: Warn when the C(window) request takes longer; V(0) never warns.
+    type: int
+    default: 0
+  window_deep:
+    description:
+      - The C(window) check's deep mode, in place of O(window_fraction) - one slot (slot 0) filled to
+        O(window_deep_tokens) with the prompt cache off; the prefill rate (C(timings.prompt_ms), the server's own clock)
+        and its time are the check's figures. The runbook proved 140,069 tokens through one slot in 134 s (1043 tok/s).
+      - Minutes on a real model, so it runs on demand (C(--tags verify -e llama_server_verify_window_deep=true)).
+    type: bool
+    default: false
+  window_deep_tokens:
+    description: The prompt tokens the deep window fills; V(0) fills all of one slot but the chat template and the answer.
+      More than one slot holds fails the check naming both.
     type: int
     default: 0
   prefix_cache_max_reprefill:
@@ -264,6 +278,8 @@ ARGUMENT_SPEC = dict(
     reasoning_efforts=dict(type='list', elements='str', default=list(ev.DEFAULTS['reasoning_efforts'])),
     window_fraction=dict(type='float', default=1.0),
     window_warn_seconds=dict(type='int', default=0),
+    window_deep=dict(type='bool', default=False),
+    window_deep_tokens=dict(type='int', default=0, no_log=False),
     prefix_cache_max_reprefill=dict(type='int', default=8),
     slot_prompt=dict(type='str', default=ev.DEFAULTS['slot_prompt']),
     slot_max_tokens=dict(type='int', default=64, no_log=False),

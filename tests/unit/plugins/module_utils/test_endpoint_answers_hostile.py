@@ -14,7 +14,9 @@ import copy
 import json
 import math
 import re
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -22,6 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
 from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 ALIAS = 'frank-lab'
@@ -139,7 +142,7 @@ def _verify(monkeypatch, stand, env=None, previous=None):
                          run_command=journal_reader(JOURNAL))
 
 
-def journal_reader(journal, invocation='abc123'):
+def journal_reader(journal, invocation='7f3c2a9e5b1d4c8fa0e6b2d9c4f1a8e3'):
     """systemctl show InvocationID / journalctl _SYSTEMD_INVOCATION_ID of the unit, as argv -> (rc, out, err)."""
     def run(argv):
         if argv[0] == 'systemctl':
@@ -463,6 +466,44 @@ def test_a_tokenizer_that_never_covers_the_target_cannot_grow_the_filler_beyond_
     assert c['figures']['target_tokens'] == 1006 and max(sent) <= 2 * 1006 + 64, (sent, c)
 
 
+def _deep(monkeypatch, tokens):
+    stand = Drafting()
+    monkeypatch.setattr(ev, 'Endpoint', lambda *a, **k: stand)
+    res = ev.run_verify(ev.features(dict(ENV)), '', {'request_timeout': 5, 'checks': ['window'], 'window_deep': True,
+                                                     'window_deep_tokens': tokens, 'window_fraction': 0.25})
+    return stand, _check(res, 'window')
+
+
+def test_the_deep_window_fills_one_slot_to_its_depth_and_records_the_prefill_rate(monkeypatch):
+    stand, c = _deep(monkeypatch, 900)
+    assert c['status'] == 'pass' and c['figures']['mode'] == 'deep' and c['figures']['target_tokens'] == 900, c
+    window = [p for p in stand.sent if p.get('max_tokens') == 4]
+    assert len(window) == 1 and window[0]['id_slot'] == 0 and window[0]['cache_prompt'] is False, window
+    # the server's own clock: the recorded answer's 12.5 ms over its prompt_n, not the wall time
+    prompt_n = len(window[0]['messages'][-1]['content'].split()) + 10
+    assert c['figures']['prefill_seconds'] == 0.01 and c['figures']['prefill_tok_s'] == round(prompt_n / 0.0125, 1)
+    assert '(deep, 900 of 1024)' in c['reason'] and 'prefill %s tok/s' % c['figures']['prefill_tok_s'] in c['reason']
+    stand, c = _deep(monkeypatch, 0)
+    # 0: the whole slot but the template's tokens and the answer's
+    assert c['status'] == 'pass' and 1000 <= c['figures']['target_tokens'] < 1024, c
+
+
+def test_a_deep_window_beyond_one_slot_fails_naming_the_setting(monkeypatch):
+    stand, c = _deep(monkeypatch, 140069)
+    assert c['status'] == 'fail' and c['fatal'] and 'window_deep_tokens 140069 is beyond one slot' in c['reason'], c
+    assert 'llama_server_verify_window_deep_tokens' in c['reason']
+    assert not [p for p in stand.sent if p.get('max_tokens') == 4]      # nothing filled
+
+
+def test_the_deep_mode_is_what_the_dry_run_describes():
+    f = ev.features(dict(ENV))
+    text = '\n'.join(ev.would_send(f, {'window_deep': True, 'window_deep_tokens': 140069}))
+    assert 'a prompt of 140069 tokens (deep)' in text
+    assert 'all of one slot (1024 tokens)' in '\n'.join(ev.would_send(f, {'window_deep': True}))
+    assert ev.validate_options(dict(ev.DEFAULTS, window_deep_tokens=-1))[0].startswith('window_deep_tokens=-1')
+    assert 'window_deep_tokens=True' in ev.validate_options(dict(ev.DEFAULTS, window_deep_tokens=True))[0]
+
+
 def test_a_stream_whose_chunks_carry_no_choices_fails(monkeypatch):
     c = _check(_one(monkeypatch, 'chunk', ('choices',), []), 'stream')
     assert c['status'] == 'fail' and '0 chunk(s)' in c['reason'], c
@@ -574,6 +615,26 @@ def test_an_unreadable_journal_fails_the_drafter(monkeypatch):
     assert not CONTROL.search(c['reason'])
 
 
+def test_this_starts_journal_is_read_through_its_shape(monkeypatch):
+    """The journal is outside data: a line with a terminal escape still carries its init line and reaches the
+    reason escaped; an InvocationID that is no systemd ID is never spliced into journalctl's argv; a journal past
+    the reader's bound is a named refusal, never a partial read taken for the whole."""
+    journal = "\x1b[31mspec common_specu: adding speculative implementation 'draft-mtp'\x1b[0m\n" + JOURNAL
+    c = _check(_run(monkeypatch, Drafting(), journal=journal), 'drafter')
+    assert c['status'] == 'pass' and c['figures']['found'] == ['draft-mtp', 'ngram-mod'], c
+    calls = []
+
+    def forged(argv):
+        calls.append(argv)
+        return (0, 'x --grep=. -u other.service\n', '') if argv[0] == 'systemctl' else (0, JOURNAL, '')
+    c = _check(_run(monkeypatch, Drafting(), reader=forged), 'drafter')
+    assert c['status'] == 'fail' and 'is not a systemd invocation ID (32 hex digits)' in c['reason'], c
+    assert [a[0] for a in calls] == ['systemctl']
+    monkeypatch.setattr(lg, 'text_lines', lambda text, source: tr.text_lines(text, source, max_lines=2))
+    c = _check(_run(monkeypatch, Drafting()), 'drafter')
+    assert c['status'] == 'fail' and 'cannot be read' in c['reason'] and '3 lines: at most 2 are read' in c['reason'], c
+
+
 def test_a_tokenizer_that_repeats_every_ngram_cannot_prove_the_drafter(monkeypatch):
     c = _check(_run(monkeypatch, Drafting(tokenize=lambda text: [7] * max(1, len(text.split())))), 'drafter')
     assert c['status'] == 'fail' and 'repeated a 24-token n-gram' in c['reason'], c
@@ -639,3 +700,87 @@ def test_an_answer_that_differs_without_the_prompt_cache_is_named(monkeypatch):
     c = _check(_run(monkeypatch, Drafting(uncached_differs=True), checks=('isolation',)), 'isolation')
     assert c['status'] == 'fail' and 'differently without the prompt cache' in c['reason'], c
     assert c['figures']['slots'][0]['differs'][0]['char'] == 24
+
+
+# --- over real HTTP: issue 35's two cases no real llama-server can stage ------------------------------------
+# A model drafter that never drafts while ngram-mod drafts on the echo prompt, and a slot whose greedy answer changes
+# after another conversation ran on it: b11434 runs one speculative config for every slot and its CPU build leaks
+# no state between requests, so the lab cannot make either happen. Here a local http.server (a real socket)
+# answers with the stand's recorded b11434 answers and run_verify reaches it through its own Endpoint: the request
+# bodies, the id_slot pinning and the answers' shapes cross the wire as they do in a deploy.
+
+def _checks(result):
+    return dict((c['name'], c) for c in result['checks'])
+
+
+class Served(object):
+    """The recorded answers (a Drafting stand) served on 127.0.0.1 at a free port."""
+
+    def __init__(self, stand):
+        self.stand = stand
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                length = int(self.headers.get('Content-Length') or 0)
+                payload = json.loads(self.rfile.read(length).decode('utf-8')) if length else None
+                with lock:                                   # the stand's bookkeeping is not thread-safe
+                    code, body = stand._request(self.path, payload)
+                data = body.encode('utf-8')
+                self.send_response(code)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _verify_http(stand, checks):
+    with Served(stand) as srv:
+        expect = ev.features(dict(ENV, LISTEN_PORT=str(srv.port)))
+        assert expect['base'] == 'http://127.0.0.1:%d' % srv.port
+        return ev.run_verify(expect, '', {'request_timeout': 10, 'checks': list(checks)},
+                             run_command=journal_reader(JOURNAL), service='frank-medium.service')
+
+
+def test_over_http_the_lab_shape_passes_slots_drafter_and_isolation():
+    res = _verify_http(Drafting(), ('slots', 'drafter', 'isolation'))
+    assert res['passed'], res['message']
+    assert [r['draft_n'] for r in _checks(res)['drafter']['figures']['slots']] == [12, 12]
+
+
+def test_over_http_a_model_drafter_that_never_drafts_fails_while_ngram_mod_drafts_on_echo():
+    stand = Drafting(model_drafts=False)
+    res = _verify_http(stand, ('slots', 'drafter'))
+    checks = _checks(res)
+    assert checks['slots']['status'] == 'pass', checks['slots']          # the echo prompt: ngram-mod drafts
+    assert not res['passed'] and checks['drafter']['status'] == 'fail' and checks['drafter']['fatal']
+    assert 'the draft-mtp drafter does not draft' in checks['drafter']['reason']
+    pinned = sorted(p['id_slot'] for p in stand.sent if p['messages'][-1]['content'].startswith('Continue this list'))
+    assert pinned == [0, 1]
+
+
+@pytest.mark.parametrize('slot', [0, 1])
+def test_over_http_a_slot_whose_second_answer_differs_fails_naming_it(slot):
+    res = _verify_http(Drafting(leaky_slot=slot), ('isolation',))
+    c = _checks(res)['isolation']
+    assert not res['passed'] and c['status'] == 'fail' and c['fatal'], c
+    assert ('slot %d answered the same greedy prompt differently after another conversation' % slot) in c['reason']
+    assert ('slot %d' % (1 - slot)) + ' answered' not in c['reason']
+    assert [r['identical'] for r in c['figures']['slots']] == [slot != 0, slot != 1]

@@ -1,6 +1,7 @@
 """The one typed reader (issue 33): every shape refuses by name what is not of it, and never raises anything
 but ShapeError -- whatever JSON value, text or depth comes in."""
 import json
+import re
 import math
 
 import pytest
@@ -177,3 +178,34 @@ def test_one_of_and_optional_lists_and_maps():
             shape.read(bad, "s")
         assert str(err.value).startswith(where)
     assert json.dumps(tr.Obj({"a": tr.Int()}, extra=tr.Json()).read({"a": 1, "b": [1]}, "s")) == '{"a": 1, "b": [1]}'
+
+
+LINE_CONTROL = re.compile(u'[\x00-\x1f\x7f-\x9f]')
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(hostile.hostile_text(200), st.lists(hostile.hostile_text(40), max_size=8).map('\n'.join)))
+def test_text_lines_are_printable_lines_or_a_named_refusal(text):
+    count = 0 if text == '' else len(text.split('\n')) - (1 if text.endswith('\n') else 0)
+    try:
+        lines = tr.text_lines(text, 'journalctl _SYSTEMD_INVOCATION_ID=x', max_chars=4000, max_lines=6, line_max=50)
+    except tr.ShapeError as exc:
+        assert str(exc).startswith('journalctl _SYSTEMD_INVOCATION_ID=x: ') and (len(text) > 4000 or count > 6)
+        return
+    assert len(text) <= 4000 and len(lines) == count <= 6
+    assert all(not LINE_CONTROL.search(line) and len(line) <= 50 for line in lines)
+
+
+def test_text_lines_split_on_newlines_only_and_refuse_what_is_past_their_bounds():
+    text = "spec: adding speculative implementation 'draft-mtp'\r\n\x1b[2Jfake\x85line\u2028x\n"
+    assert tr.text_lines(text, 'log') == ["spec: adding speculative implementation 'draft-mtp'\\x0d",
+                                          '\\x1b[2Jfake\\x85line\u2028x']
+    assert tr.text_lines('', 'log') == [] and tr.text_lines('\n', 'log') == ['']
+    with pytest.raises(tr.ShapeError, match='^log: 3 lines: at most 2 are read$'):
+        tr.text_lines('a\nb\nc\n', 'log', max_lines=2)
+    with pytest.raises(tr.ShapeError, match='^log: 11 characters: at most 10 are read$'):
+        tr.text_lines('a' * 11, 'log', max_chars=10)
+    with pytest.raises(tr.ShapeError, match='expected text, got a list'):
+        tr.text_lines(['a'], 'log')
+    assert tr.text_lines('x' * 100, 'log', line_max=10) == ['xxxxxxx...']
+    assert tr.text_lines('\x1b' * 100, 'log', line_max=10) == ['\\x1b\\x1...']

@@ -110,3 +110,12 @@ def test_a_run_against_nothing_fails_the_checks_and_writes_the_textfile(tmp_path
     assert 'llm_verify_check{check="stream",service="frank-medium.service"} 0' in text
     assert 'llm_verify_skipped{check="window",service="frank-medium.service"} 1' in text
     assert out['textfile'] == str(tmp_path / 'llm_verify.prom') and out['changed']
+
+
+def test_the_deep_window_is_listed_in_check_mode_and_a_bad_depth_is_refused(tmp_path, capsys):
+    env = tmp_path / 'x.env'
+    env.write_text(ENV.format(port=1))
+    out = run_module(capsys, module.main, check_mode=True, env_file=str(env), window_deep=True, window_deep_tokens=140069)
+    assert any(line.startswith('window: ') and 'a prompt of 140069 tokens (deep)' in line for line in out['would_send'])
+    out = run_module(capsys, module.main, env_file=str(env), window_deep=True, window_deep_tokens=-5)
+    assert out['failed'] and 'window_deep_tokens=-5' in out['msg'] and out['msg'].endswith('Nothing was sent.')

@@ -148,7 +148,7 @@ class FakeUnit(object):
     """systemctl show / journalctl of one unit, as argv -> (rc, stdout, stderr)."""
 
     def __init__(self, main_pid='4711', n_restarts='0', active='active', journal=''):
-        self.state = {'MainPID': main_pid, 'NRestarts': n_restarts, 'ActiveState': active, 'InvocationID': 'abc123'}
+        self.state = {'MainPID': main_pid, 'NRestarts': n_restarts, 'ActiveState': active, 'InvocationID': '7f3c2a9e5b1d4c8fa0e6b2d9c4f1a8e3'}
         self.journal = journal
         self.calls = []
 
@@ -378,7 +378,7 @@ def test_rpc_workers_are_read_from_this_starts_journal(tmp_path):
     with FakeLlamaServer() as srv:
         res = gate(tmp_path, srv, unit=unit, RPC='10.0.0.2:50052')
         assert res['passed'], res['findings']
-        assert ['journalctl', '--no-pager', '-o', 'cat', '_SYSTEMD_INVOCATION_ID=abc123'] in unit.calls
+        assert ['journalctl', '--no-pager', '-o', 'cat', '_SYSTEMD_INVOCATION_ID=7f3c2a9e5b1d4c8fa0e6b2d9c4f1a8e3'] in unit.calls
         res = gate(tmp_path, srv, unit=unit, RPC='10.0.0.2:50052,10.0.0.3:50052,10.0.0.4:50052')
     assert res['checked'] == ['before', '1', '1b', '5']
     assert res['findings'] == ['gate (new shape) step 1b: llama-server was started with --rpc '
@@ -416,7 +416,7 @@ def run_playbook(tmp_path, tasks, check=False):
         path.write_text(FAKE_SYSTEMD)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     state = tmp_path / 'unit.json'
-    state.write_text(json.dumps({'MainPID': '4711', 'NRestarts': '0', 'ActiveState': 'active', 'InvocationID': 'x'}))
+    state.write_text(json.dumps({'MainPID': '4711', 'NRestarts': '0', 'ActiveState': 'active', 'InvocationID': '7f3c2a9e5b1d4c8fa0e6b2d9c4f1a8e3'}))
     play = tmp_path / 'play.yml'
     play.write_text(json.dumps([{'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}]))
     venv_bin = os.path.dirname(sys.executable)

@@ -268,7 +268,7 @@ class FakeUnit(object):
     """systemctl show / journalctl of one running unit, as AnsibleModule.run_command answers."""
 
     def __call__(self, argv, **kwargs):
-        state = {"MainPID": "4711", "NRestarts": "0", "ActiveState": "active", "InvocationID": "abc123"}
+        state = {"MainPID": "4711", "NRestarts": "0", "ActiveState": "active", "InvocationID": "7f3c2a9e5b1d4c8fa0e6b2d9c4f1a8e3"}
         if argv[0] == "systemctl":
             props = argv[2].split("=", 1)[1].split(",")
             if "--value" in argv:
