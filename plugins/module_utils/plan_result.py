@@ -41,6 +41,8 @@ INVENTORY_NAMES = {
     "draft_device": "llama_server_spec_draft_device", "cache_ram_mib": "llama_server_cache_ram",
     "floor_bytes": "dankfleet_plan_floor_bytes", "lean_layers": "dankfleet_plan_lean_layers",
     "n_cpu_moe": "llama_server_n_cpu_moe", "cpu_moe": "llama_server_cpu_moe",
+    "mmproj_device": "llama_server_mmproj_device", "mmproj_offload": "llama_server_mmproj_offload",
+    "image_min_tokens": "llama_server_image_min_tokens", "image_max_tokens": "llama_server_image_max_tokens",
 }
 _SERVE_FIELD = re.compile(r"\bserve\.([a-z_]+)")
 # a field named bare in a hint ("lower floor_bytes", "cache_type_k/v q8_0"), never part of a longer name
@@ -91,9 +93,15 @@ def fit_serve(serve, floor_bytes=0, lean_layers=0):
         "cache_ram_mib": serve.get("cache_ram", serve.get("cache_ram_mib", "auto")),
         "n_cpu_moe": int(serve.get("n_cpu_moe") or 0),
         "cpu_moe": bool(serve.get("cpu_moe")),
+        # the projector: where it runs, and the image-token limits (0: the projector type's own)
+        "mmproj_offload": serve.get("mmproj_offload") is not False,
+        "image_min_tokens": int(serve.get("image_min_tokens") or 0),
+        "image_max_tokens": int(serve.get("image_max_tokens") or 0),
     }
     if serve.get("spec_draft_device") not in (None, ""):
         out["draft_device"] = serve["spec_draft_device"]
+    if serve.get("mmproj_device") not in (None, ""):
+        out["mmproj_device"] = serve["mmproj_device"]
     if out["cache_ram_mib"] is None:
         out["cache_ram_mib"] = "auto"
     return out

@@ -163,3 +163,28 @@ def test_experts_on_the_host_reach_the_plan_from_the_settled_serve():
     assert not plan(card, moe, pr.fit_serve(dict(settled, n_cpu_moe=0), floor_bytes=GIB // 2))['fits']
     small = plan(card, moe, pr.fit_serve(dict(settled, cpu_moe=True), floor_bytes=GIB // 2), host_ram_bytes=16 * GIB)
     assert any('llama_server_n_cpu_moe' in pr.inventory_names(e) for e in small['errors'])
+
+
+def test_the_image_options_reach_the_plan_from_the_settled_serve():
+    """issue 34: llama_server_mmproj_device / _mmproj_offload / _image_min_tokens / _image_max_tokens, settled, are
+    fit_plan's serve.mmproj_device / mmproj_offload / image_min_tokens / image_max_tokens, and the plan books the
+    projector where they say (its messages in the names the operator edits)."""
+    plain = pr.fit_serve(SETTLED)
+    assert plain['mmproj_offload'] is True and plain['image_max_tokens'] == 0 and 'mmproj_device' not in plain
+    settled = dict(SETTLED, backend='cuda', parallel=1, spec_type=[], ctx_size=65536, mmproj_device='CUDA1',
+                   mmproj_offload=True, image_min_tokens=0, image_max_tokens=8192)
+    serve = pr.fit_serve(settled)
+    assert (serve['mmproj_device'], serve['mmproj_offload'], serve['image_max_tokens']) == ('CUDA1', True, 8192)
+    cards = [{'name': 'CUDA0', 'vram_total_bytes': 80 * GIB}, {'name': 'CUDA1', 'vram_total_bytes': 80 * GIB}]
+    model, mmproj = lib.fixture('frank_medium'), lib.fixture('mmproj_bf16')
+    fit = plan(cards, model, serve, mmproj=mmproj)
+    assert fit['devices'][0]['mmproj_bytes'] == 0 and fit['devices'][1]['mmproj_bytes'] == fit['mmproj']['peak_bytes']
+    assert fit['mmproj']['image_max_tokens'] == 8192 and fit['mmproj']['device'] == 'CUDA1'
+    cpu = plan(cards, model, pr.fit_serve(dict(settled, mmproj_offload=False)), mmproj=mmproj)
+    assert all(d['mmproj_bytes'] == 0 for d in cpu['devices']) and cpu['host']['mmproj_bytes'] > mmproj['mmproj_bytes']
+    said = [pr.inventory_names(w) for w in cpu['warnings']]
+    assert any('llama_server_mmproj_offload false' in w and 'llama_server_mmproj_device CUDA1 is not used' not in w
+               for w in said), said
+    assert any('llama_server_mmproj_device CUDA1 is not used' in w for w in said), said
+    tight = plan(cards, model, pr.fit_serve(dict(settled, image_min_tokens=9000)), mmproj=mmproj)
+    assert any('llama_server_image_min_tokens 9000' in pr.inventory_names(e) for e in tight['errors'])

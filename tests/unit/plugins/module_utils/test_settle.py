@@ -270,3 +270,17 @@ def test_experts_on_the_host_are_serve_inputs_settled_to_their_types():
     assert any(m.startswith('llama_server_n_cpu_moe') and '512' in m for m in messages(out)), messages(out)
     out = run({'llama_server_cpu_moe': 'half'})
     assert any("llama_server_cpu_moe is 'half', not a boolean" in m for m in messages(out)), messages(out)
+
+
+def test_the_image_options_are_serve_inputs_settled_to_their_types():
+    """issue 34: where the projector runs and the image-token limits are settled once and reach the plan's serve."""
+    out = run({'llama_server_mmproj_device': 'ROCm1', 'llama_server_mmproj_offload': 'yes',
+               'llama_server_image_min_tokens': '64', 'llama_server_image_max_tokens': 1024})
+    assert messages(out) == []
+    serve = out['serve']
+    assert (serve['mmproj_device'], serve['mmproj_offload'], serve['image_min_tokens'], serve['image_max_tokens']) == \
+        ('ROCm1', True, 64, 1024)
+    out = run({'llama_server_image_max_tokens': -1})
+    assert any(m.startswith('llama_server_image_max_tokens') for m in messages(out)), messages(out)
+    out = run({'llama_server_mmproj_offload': 'half'})
+    assert any("llama_server_mmproj_offload is 'half', not a boolean" in m for m in messages(out)), messages(out)

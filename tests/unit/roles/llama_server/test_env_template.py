@@ -227,3 +227,16 @@ def test_experts_on_the_host_are_carried_as_settings():
     assert problems == [] and (values['N_CPU_MOE'], values['CPU_MOE']) == ('0', 'off')
     _, values, problems = rendered(llama_server_n_cpu_moe=24, llama_server_cpu_moe=True)
     assert problems == [] and (values['N_CPU_MOE'], values['CPU_MOE']) == ('24', 'on')
+
+
+def test_the_image_options_are_carried_as_settings():
+    """issue 34: the projector's device, offload and image-token limits reach the env file (and so the flags)."""
+    _, values, problems = rendered()
+    assert problems == []
+    assert (values['MMPROJ_DEVICE'], values['MMPROJ_OFFLOAD'], values['IMAGE_MIN_TOKENS'], values['IMAGE_MAX_TOKENS']) \
+        == ('', 'on', '0', '0')
+    _, values, problems = rendered(llama_server_mmproj_device='ROCm1', llama_server_mmproj_offload=False,
+                                   llama_server_image_min_tokens=64, llama_server_image_max_tokens=8192)
+    assert problems == []
+    assert (values['MMPROJ_DEVICE'], values['MMPROJ_OFFLOAD'], values['IMAGE_MIN_TOKENS'], values['IMAGE_MAX_TOKENS']) \
+        == ('ROCm1', 'off', '64', '8192')
