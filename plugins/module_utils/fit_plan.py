@@ -998,6 +998,16 @@ def _mmproj_geometry(mm, s):
             "default_max_tokens": max_d}
 
 
+def image_geometry(mmproj, image_min_tokens=0, image_max_tokens=0):
+    """The image-token law of an mmproj's gguf_info facts under --image-min/max-tokens (0: the type's own):
+    {projector_type, n_embd, patch_size, merge, image_min_tokens, image_max_tokens, warmup_tokens, ...}, or None
+    for a projector type fit_plan does not model. The verify stage sizes its largest image with it."""
+    if not isinstance(mmproj, dict):
+        return None
+    return _mmproj_geometry(mmproj, {"image_min_tokens": int(image_min_tokens or 0),
+                                     "image_max_tokens": int(image_max_tokens or 0)})
+
+
 def _mmproj_reserve(prof, g, tokens):
     """clip's compute buffer for an image of this many tokens: a fixed part + the ViT's activations."""
     return int(prof["mmproj_compute_base_bytes"] + MMPROJ_ACT_BYTES * tokens * g["merge"] ** 2 * g["n_embd"])
