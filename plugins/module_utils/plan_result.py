@@ -152,6 +152,15 @@ def plan_result(fit, serve, host="this host", reads="host"):
     ]
     lines += ["card %s: %s layers, %s GiB free of %s GiB"
               % (d["name"], d.get("layers", "?"), _gib(d["free_bytes"]), _gib(d["vram_total_bytes"])) for d in devices]
+    vision = fit.get("mmproj")
+    if isinstance(vision, dict) and vision.get("peak_bytes") is not None:
+        # issue 34: where the projector is and what its largest image adds beyond the load
+        image = ("images up to %s tokens (%sx%s px), the largest that keeps the floor %s tokens" % (
+            vision.get("image_max_tokens"), vision.get("max_image_px"), vision.get("max_image_px"),
+            vision.get("largest_image_tokens")) if vision.get("modelled") else "image tokens not modelled")
+        lines.append("projector %s on %s: %s GiB at load, %s GiB at its peak (%s)" % (
+            vision.get("projector_type") or "?", vision.get("device"), _gib(vision.get("load_bytes") or 0),
+            _gib(vision["peak_bytes"]), image))
     lines.append("binding: " + binding)
     if pinned["tensor_split"]:
         tensor_split = [_share(s) for s in serve["tensor_split"]]

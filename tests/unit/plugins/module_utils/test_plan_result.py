@@ -188,3 +188,17 @@ def test_the_image_options_reach_the_plan_from_the_settled_serve():
     assert any('llama_server_mmproj_device CUDA1 is not used' in w for w in said), said
     tight = plan(cards, model, pr.fit_serve(dict(settled, image_min_tokens=9000)), mmproj=mmproj)
     assert any('llama_server_image_min_tokens 9000' in pr.inventory_names(e) for e in tight['errors'])
+
+
+def test_the_capacity_says_where_the_projector_is_and_its_peak():
+    """issue 34: the operator reads the projector's device, its load and peak, and the largest image that fits."""
+    settled = dict(SETTLED, backend='cuda', parallel=1, spec_type=[], ctx_size=65536, mmproj_device='CUDA1',
+                   image_max_tokens=1024)
+    cards = [{'name': 'CUDA0', 'vram_total_bytes': 80 * GIB}, {'name': 'CUDA1', 'vram_total_bytes': 80 * GIB}]
+    fit = plan(cards, lib.fixture('frank_medium'), pr.fit_serve(settled), mmproj=lib.fixture('mmproj_bf16'))
+    lines = pr.plan_result(fit, settled)['capacity']['lines']
+    (line,) = [x for x in lines if x.startswith('projector ')]
+    assert line.startswith('projector qwen3vl_merger on CUDA1: 0.9') and '1024 tokens (1024x1024 px)' in line
+    assert 'the largest that keeps the floor 1024 tokens' in line
+    bare = pr.plan_result(plan(cards, lib.fixture('frank_medium'), pr.fit_serve(settled)), settled)
+    assert not [x for x in bare['capacity']['lines'] if x.startswith('projector ')]
