@@ -186,13 +186,14 @@ def image_plan(env, slot_ctx, env_file='the env file'):
             out['projector_type'],)
         return out
     tokens = g['image_max_tokens']
-    room = slot_ctx - IMAGE_TEXT_RESERVE
-    if tokens > room:
-        tokens, out['capped'] = max(1, room), True
+    room = slot_ctx - IMAGE_TEXT_RESERVE          # slot_ctx 0: the model decides the context, nothing to cap by
+    if slot_ctx > 0 and tokens > room:
+        if room < 1:
+            out['why'] = 'one slot (%d tokens) holds no image beside the text' % slot_ctx
+            return out
+        tokens, out['capped'] = room, True
     side = _isqrt(tokens)
     out.update(tokens=side * side, px=side * g['patch_size'] * g['merge'], image_max_tokens=g['image_max_tokens'])
-    if out['px'] < 16:
-        out.update(tokens=None, px=None, why='one slot (%d tokens) holds no image worth sending' % slot_ctx)
     return out
 
 

@@ -13,8 +13,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
+from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import hostile_text
 from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import Endpoint
 
@@ -184,3 +186,19 @@ def test_the_span_drawing_is_the_per_pixel_picture():
         stride = 1 + 3 * w
         got = [[tuple(bytearray(raw[y * stride + 1 + 3 * x:y * stride + 4 + 3 * x])) for x in range(w)] for y in range(h)]
         assert got == [[pixel(x, y, w, h) for x in range(w)] for y in range(h)], (w, h)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(['IMAGE_MAX_TOKENS', 'IMAGE_MIN_TOKENS', 'CTX_SIZE']), value=hostile_text())
+def test_any_image_limit_in_the_env_file_is_sized_or_refused_by_name(tmp_path, name, value):
+    path = projector(tmp_path / 'p.gguf')
+    try:
+        expect = ev.features(env(path, **{name: value}))
+    except ev.VerifyError as exc:
+        assert name in str(exc)
+    else:
+        image = expect['image']
+        assert image['px'] is None or image['px'] >= 32
+        # a context the model decides (0) caps nothing; a set one keeps room for the text
+        assert image['px'] is None or expect['slot_ctx'] <= 0 or image['tokens'] <= expect['slot_ctx'] - 256
+        assert image['px'] is not None or image['why']
