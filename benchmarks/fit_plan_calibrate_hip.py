@@ -47,7 +47,8 @@ def predict(point, profile):
                           mmproj=FACTS["mmproj"] if point["mmproj"] else None)
     finally:
         fit_plan.PROFILES["hip"] = saved
-    return [d["total_bytes"] for d in r["devices"]]
+    # the runbook's rocm-smi figures are at load: what only an image request adds (issue 34) is not in them
+    return [d["total_bytes"] - d.get("mmproj_peak_bytes", 0) for d in r["devices"]]
 
 
 def rows():

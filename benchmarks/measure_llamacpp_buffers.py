@@ -32,6 +32,13 @@ CUDA runtime takes beyond llama.cpp's own buffers is on record beside them.
     python benchmarks/measure_llamacpp_buffers.py --matrix --out tests/fixtures/llamacpp/b11434-cpu
     python benchmarks/measure_llamacpp_buffers.py --set cuda-h200 --matrix --models-dir DIR \
         --bindir RELEASE/bin --out tests/fixtures/llamacpp/b11434-cuda-h200
+
+Vision (``--set cuda-h200-vision``, issue 34): a configuration with ``mmproj_kind`` loads a generated
+real-size projector beside the target (``--mmproj``, ``--image-max-tokens``, ``--mmproj-device`` /
+``--no-mmproj-offload``) and, after the first request, sends a 64x32 image and then the largest square image
+the limit admits (sized from the projector's header, as the verify stage sizes it), sampling nvidia-smi
+after each (``after_small_image``, ``after_large_image``): ggml's "reallocating" line is compiled out of a
+Release build, so the per-process figures are the record of what an image adds.
 """
 
 from __future__ import annotations
@@ -167,6 +174,14 @@ def common_args(cfg, endpoints, spec=True):
         a += ["--spec-type", ",".join(cfg["spec_type"])]
         if cfg.get("spec_draft_n_max") is not None:
             a += ["--spec-draft-n-max", str(cfg["spec_draft_n_max"])]
+    if cfg.get("mmproj"):
+        a += ["--mmproj", cfg["mmproj"]]
+        if cfg.get("image_max_tokens"):
+            a += ["--image-max-tokens", str(cfg["image_max_tokens"])]
+        if cfg.get("mmproj_offload") is False:
+            a += ["--no-mmproj-offload"]
+        elif cfg.get("mmproj_device"):
+            a += ["--mmproj-device", cfg["mmproj_device"]]
     if spec and cfg.get("drafter"):
         a += ["--spec-draft-model", cfg["drafter"]]
         if cfg.get("cache_type_k_draft"):
@@ -293,6 +308,33 @@ def first_request(port, cfg):
             "tokens_predicted": r.get("tokens_predicted")}
 
 
+def image_requests(port, cfg, smi):
+    """A 64x32 image, then the largest square one the projector's limit admits (capped to one slot), each
+    followed by an nvidia-smi sample: what the projector's device holds after the first image and at its peak."""
+    from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+    slot = cfg["ctx"] // max(1, cfg["parallel"])
+    plan = ev.image_plan({"MMPROJ_PATH": cfg["mmproj"], "IMAGE_MAX_TOKENS": str(cfg.get("image_max_tokens") or 0)},
+                         slot)
+    out = {"plan": plan, "images": []}
+    for label, px in (("small", (64, 32)), ("large", (plan["px"], plan["px"]) if plan["px"] else None)):
+        if px is None:
+            continue
+        content = [{"type": "text", "text": "Describe this image."},
+                   {"type": "image_url", "image_url": {"url": ev.data_uri(ev.test_image(*px))}}]
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4, "temperature": 0.0,
+                "cache_prompt": False}
+        t0 = time.monotonic()
+        try:
+            r = post_json(port, "/v1/chat/completions", body, timeout=600)
+            row = {"label": label, "px": list(px), "ok": True, "prompt_tokens": (r.get("usage") or {}).get("prompt_tokens")}
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            row = {"label": label, "px": list(px), "ok": False, "error": str(e)}
+        row["wall_s"] = round(time.monotonic() - t0, 3)
+        out["images"].append(row)
+        smi[f"after_{label}_image"] = nvidia_smi()
+    return out
+
+
 def run_server(cfg, endpoints, bindir, timeout=180, request=False):
     """Start llama-server, wait until it listens, (optionally) sample nvidia-smi and send one first
     request, then SIGINT it; return its log lines (and the samples)."""
@@ -335,6 +377,8 @@ def run_server(cfg, endpoints, bindir, timeout=180, request=False):
             long_req = long_request(port, cfg)
             smi["after_long_prompt"] = nvidia_smi()
             host["after_long_prompt"] = host_memory(proc.pid)
+        if cfg.get("mmproj") and req and req.get("ok"):
+            req["vision"] = image_requests(port, cfg, smi)
     if listening:
         stop_server(proc)
     else:
@@ -813,11 +857,44 @@ def matrix_cuda_moe():
             "-cmoe" if where.get("cpu_moe") else "") + ("-lm%s" % where["load_mode"] if where.get("load_mode") else "")
         out.append(_cuda_cfg(f"qwen3moe_r-c{ctx}-np1-ub{ub}-{kv}{tag}-{place[0]}", "qwen3moe_r", place, ctx=ctx,
                              ubatch=ub, cache_type_k=kv, cache_type_v=kv, long_prompt=MOE_LONG_PROMPT, **where))
+
+
+# Issue 34: the 27B target beside a generated real-size qwen3vl_merger projector (gen_models "mmproj-qwen35" at scale
+# real: 27 layers x 1152, 4304 FFN, 16-pixel patches merged 2 x 2, projecting into the target's 5120) in the
+# production serve shape at 65536: the limit at b11434's default (4096 tokens), 1024 and 8192, the projector on the
+# GPU, on the second device (RPC0 of a -ts 1,1 split, the CUDA backend on the same GPU) and on the CPU.
+VISION_PLACES = (("cuda", None, None, True), ("rpc0", [1, 1], "RPC0", True), ("cpu", None, None, False))
+
+
+def matrix_cuda_vision():
+    prod = dict(parallel=2, batch=6144, ubatch=512, ctx=65536, mmproj_kind="mmproj-qwen35")
+    out = []
+    for limit in (None, 1024, 8192):
+        for tag, ts, dev, offload in VISION_PLACES:
+            if not offload and limit != 1024:
+                continue                # on the CPU b11434 takes ~34 s a 1024-token image; larger ones time out
+            out.append(_cuda_cfg(f"qwen35_27b-vision-max{limit or 'default'}-{tag}", "qwen35_27b", (tag, ts),
+                                 image_max_tokens=limit, mmproj_device=dev, mmproj_offload=offload, **prod))
     return out
 
 
 SETS = {"cpu": matrix, "cuda-h200": matrix_cuda, "cuda-h200-27b": matrix_cuda_27b, "cuda-h200-swa": matrix_cuda_swa,
-        "cuda-h200-block": matrix_cuda_block, "cuda-h200-moe": matrix_cuda_moe}
+        "cuda-h200-block": matrix_cuda_block, "cuda-h200-moe": matrix_cuda_moe,
+        "cuda-h200-vision": matrix_cuda_vision}
+
+
+def projector_record(name, out_dir, models_dir=None):
+    """Generate (once) the real-size projector `name`; its path and the fixture's record of it."""
+    g = accuracy_models.gen_models()
+    path = Path(models_dir or MODELS) / f"{name}-real.gguf"
+    manifest = path.with_suffix(".json")
+    entry = json.loads(manifest.read_text()) if manifest.exists() and path.exists() else None
+    if entry is None or entry.get("size") != path.stat().st_size:
+        entry = g.write_projector(name, path, scale="real")
+        manifest.write_text(json.dumps(entry, indent=1, default=str) + "\n")
+    rec = {"name": name, "generator": {"script": "tests/lab/gen_models.py", "projector": name, "scale": "real"},
+           "file_size": entry.get("size"), "sha256": entry.get("sha256"), "header": accuracy_models.dump_header(path)}
+    return str(path), rec
 
 
 def model_record(name, out_dir, models_dir=None):
@@ -851,6 +928,8 @@ def _scrub(out, c):
     out["config"]["model"] = f"{c['kind']}.gguf"
     if out["config"].get("drafter"):
         out["config"]["drafter"] = f"{c['drafter_kind']}.gguf"
+    if out["config"].get("mmproj"):
+        out["config"]["mmproj"] = f"{c['mmproj_kind']}.gguf"
     out.pop("endpoints", None)
     out["cmd"] = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", re.sub(r"^/.*/", "", a)) for a in out["cmd"]]
     return out
@@ -870,14 +949,17 @@ def run_matrix(out_dir, only=None, bindir=None, force=False, set_name="cpu", mod
     n_rpc = max([rpc_needed(normalize(c)) for c in todo] or [0]) if shared else 0
     with rpc_servers(n_rpc, bindir) if n_rpc else contextlib.nullcontext([]) as endpoints:
         for i, c in enumerate(todo):
-            for k in (c["kind"], c.get("drafter_kind")):
+            for k in (c["kind"], c.get("drafter_kind"), c.get("mmproj_kind")):
                 if k and k not in paths:
-                    paths[k], rec = model_record(k, out_dir, models_dir)
+                    make = projector_record if k == c.get("mmproj_kind") else model_record
+                    paths[k], rec = make(k, out_dir, models_dir)
                     (out_dir / "models" / f"{k}.json").write_text(json.dumps(rec, indent=1) + "\n")
-            cfg = {k: v for k, v in c.items() if k not in ("id", "kind", "drafter_kind")}
+            cfg = {k: v for k, v in c.items() if k not in ("id", "kind", "drafter_kind", "mmproj_kind")}
             cfg["model"] = paths[c["kind"]]
             if c.get("drafter_kind"):
                 cfg["drafter"] = paths[c["drafter_kind"]]
+            if c.get("mmproj_kind"):
+                cfg["mmproj"] = paths[c["mmproj_kind"]]
             t0 = time.monotonic()
             try:
                 res = measure(cfg, bindir, endpoints if shared else None, fit_params=fit_params)
@@ -926,7 +1008,7 @@ def main(argv=None):
     p.add_argument("--bindir", default=str(PREFIX / "bin"))
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
                    help="which matrix (cpu: issue 3; cuda-h200: issue 9; cuda-h200-27b: issue 19; cuda-h200-swa: issue 17; "
-                   "cuda-h200-block: issue 24; cuda-h200-moe: issue 38)")
+                   "cuda-h200-block: issue 24; cuda-h200-moe: issue 38; cuda-h200-vision: issue 34)")
     p.add_argument("--models-dir", default=None, help=f"where the matrix models are generated (default {MODELS})")
     p.add_argument("--no-fit-params", action="store_true", help="skip llama-fit-params during the matrix")
     p.add_argument("--fit-params-only", action="store_true",

@@ -116,8 +116,23 @@ options:
           Unset, the drafter is split like the target.
         type: raw
       mmproj_device:
-        description: The mmproj's device (llama.cpp defaults to the first device).
+        description: C(--mmproj-device) -- the projector's device as an index, a llama.cpp device name or a GPU name
+          (llama.cpp defaults to the first device); C(none) is O(serve.mmproj_offload=false).
         type: raw
+      mmproj_offload:
+        description: false is C(--no-mmproj-offload) -- the projector on the CPU, its weights and compute in C(host.mmproj_bytes)
+          (b11434 encodes there slowly; the plan warns).
+        type: bool
+        default: true
+      image_min_tokens:
+        description: C(--image-min-tokens); 0 is the projector type's own (8 for Qwen-VL).
+        type: int
+        default: 0
+      image_max_tokens:
+        description: C(--image-max-tokens); 0 is the projector type's own (4096 for Qwen-VL). The projector is booked at the
+          peak the largest image this admits reaches on its device (see RV(mmproj)).
+        type: int
+        default: 0
       floor_bytes:
         description: Bytes every card must keep free; C(auto) picks the balanced split that keeps it on every card.
         type: int
@@ -232,7 +247,8 @@ _value:
       description: Per device -- C(name), C(layers), C(weights_bytes), C(kv_bytes), C(recurrent_bytes),
         C(draft_bytes), C(mmproj_bytes), C(compute_bytes), C(overhead_bytes), C(total_bytes), C(free_bytes),
         C(layer_range), C(holds_output), C(expert_weights_bytes) (of C(weights_bytes), the routed experts held
-        there), C(expert_copy_bytes) (of C(compute_bytes), the reserve for experts copied over from the host), and
+        there), C(expert_copy_bytes) (of C(compute_bytes), the reserve for experts copied over from the host),
+        C(mmproj_peak_bytes) (of C(mmproj_bytes), what only an image request adds beyond the load), and
         C(draft_detail) (weights/kv/compute of the drafter or MTP head).
       type: list
       elements: dict
@@ -276,6 +292,17 @@ _value:
       description: When O(serve.n_cpu_moe) was left open with an auto split at C(ctx_size=max) and the planner kept
         some blocks' experts on the host -- C(n_cpu_moe) (the blocks it chose) and C(reason) (also in C(warnings));
         null when it chose none or the inventory set it.
+    mmproj:
+      description:
+        - The projector (O(mmproj)) at the peak a request can reach (tools/mtmd b11434) -- C(device) (a GPU's name, or
+          C(CPU) with O(serve.mmproj_offload=false)), C(offload), C(projector_type), C(modelled) (false for a type whose
+          image tokens are not modelled), C(weights_bytes), C(reserve_bytes) (clip's compute reserved at load for its
+          warm-up image), C(load_bytes), C(first_use_bytes) (the backend context the first image adds),
+          C(request_bytes) (all an image of C(image_max_tokens) adds beyond the load), C(peak_bytes) (what the plan
+          books), C(image_min_tokens), C(image_max_tokens), C(warmup_tokens), C(max_image_px) (the side of the largest
+          square image admitted), C(largest_image_tokens) / C(largest_image_px) (the largest image that keeps the floor
+          on its device), C(patch_size), C(spatial_merge_size).
+        - null without a projector.
       type: dict
 """
 

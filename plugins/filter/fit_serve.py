@@ -16,7 +16,8 @@ options:
   _input:
     description: The settled serve settings (C(backend), C(split_mode), C(tensor_split), C(ctx_size), C(cache_ram),
       C(parallel), C(batch_size), C(ubatch_size), C(cache_type_k), C(cache_type_v), C(flash_attn), C(spec_type),
-      C(spec_draft_n_max), C(spec_draft_device), C(n_cpu_moe), C(cpu_moe), C(load_mode)).
+      C(spec_draft_n_max), C(spec_draft_device), C(n_cpu_moe), C(cpu_moe), C(load_mode), C(mmproj_device), C(mmproj_offload),
+      C(image_min_tokens), C(image_max_tokens)).
     type: dict
     required: true
   floor_bytes:

@@ -12,7 +12,9 @@ skipped with the reason when the live shape (its env file) does not configure th
 - ``reasoning_effort``: each effort's HTTP status, the map written to the client contract (a change
   against the last record is a finding: the fleet's clients configure from it);
 - ``vision`` (``VISION=on``): a PNG drawn here (a few shapes) as an ``image_url`` data URI; 200, content,
-  and more prompt tokens than the same request without the image (the image was encoded);
+  and more prompt tokens than the same request without the image (the image was encoded); then one image
+  sized for ``IMAGE_MAX_TOKENS`` (the projector type's own limit when 0: 2048x2048 for Qwen-VL), so the peak
+  the plan booked is reached under the gate, and the image tokens it sent are in the figures;
 - ``slots``: ``PARALLEL`` concurrent echo requests, one pinned to each slot (``id_slot``); with a
   ``SPEC_TYPE`` every slot's own ``timings.draft_n`` must be above 0 - b11434's ``/slots`` carries only
   ``speculative`` (a bool) and ``/metrics`` only global counters, the per-request ``timings`` are the one
@@ -53,6 +55,9 @@ import zlib
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import image_geometry
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_answers import (
     CHAT, CHAT_PREFILL, CHAT_TIMED, CHUNK, DETOKENIZE, PROPS, PROPS_DEFAULTS, TOKENIZE, read_answer)
 from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import (
@@ -118,26 +123,83 @@ def _png_chunk(kind, data):
 
 def test_image(width=64, height=32):
     """A small RGB PNG drawn here: a white field, three horizontal red bars on the left, a blue disc and a
-    green triangle on the right (the runbook's 64x32 crude glyph, made deterministic). Returns bytes."""
+    green triangle on the right (the runbook's 64x32 crude glyph, made deterministic). Returns bytes.
+    Drawn a span at a time (a 2880x2880 image in well under a second): the bars over the disc over the triangle."""
     if width < 16 or height < 8:
         raise VerifyError('the test image needs at least 16x8 pixels, got %dx%d' % (width, height))
+    white, red, blue, green = b'\xff\xff\xff', b'\xc8\x1e\x1e', b'\x1e\x3c\xc8', b'\x1e\xa0\x3c'
     rows = []
     cx, cy, r = width * 5 // 8, height // 2, max(2, height // 4)
+    bars_end, tri_x0, stripe = width * 3 // 8, width * 13 // 16, max(1, height // 8)
     for y in range(height):
-        row = bytearray([0])                       # filter type 0 (None) for every scanline
-        for x in range(width):
-            px = (255, 255, 255)
-            if x < width * 3 // 8 and (y // max(1, height // 8)) % 2 == 1 and y < height * 7 // 8:
-                px = (200, 30, 30)                 # the bars
-            elif (x - cx) ** 2 + (y - cy) ** 2 <= r * r:
-                px = (30, 60, 200)                 # the disc
-            elif x >= width * 13 // 16 and (y - height // 4) >= 0 and (x - width * 13 // 16) <= (y - height // 4):
-                px = (30, 160, 60)                 # the triangle
-            row.extend(px)
-        rows.append(bytes(row))
+        row = bytearray(white * width)
+        dy = y - height // 4
+        if dy >= 0 and tri_x0 < width:                  # the triangle: tri_x0 <= x <= tri_x0 + dy
+            hi = min(width, tri_x0 + dy + 1)
+            row[3 * tri_x0:3 * hi] = green * (hi - tri_x0)
+        reach = r * r - (y - cy) ** 2
+        if reach >= 0:                                  # the disc: (x - cx)^2 <= reach
+            half = _isqrt(reach)
+            lo, hi = max(0, cx - half), min(width, cx + half + 1)
+            if hi > lo:
+                row[3 * lo:3 * hi] = blue * (hi - lo)
+        if (y // stripe) % 2 == 1 and y < height * 7 // 8 and bars_end > 0:
+            row[0:3 * bars_end] = red * bars_end
+        rows.append(b'\x00' + bytes(row))              # filter type 0 (None) for every scanline
     header = struct.pack('>IIBBBBB', width, height, 8, 2, 0, 0, 0)   # 8-bit RGB, no interlace
     return (b'\x89PNG\r\n\x1a\n' + _png_chunk(b'IHDR', header)
             + _png_chunk(b'IDAT', zlib.compress(b''.join(rows), 9)) + _png_chunk(b'IEND', b''))
+
+
+def _isqrt(n):
+    """floor(sqrt(n)) for an int n >= 0, exact (Python 3.8 has math.isqrt; this stays 2.7/3.5-safe)."""
+    x = int(n ** 0.5)
+    while x * x > n:
+        x -= 1
+    while (x + 1) * (x + 1) <= n:
+        x += 1
+    return x
+
+
+# Text a request holds beside the image (the prompt, the chat template): kept out of the slot's context budget
+IMAGE_TEXT_RESERVE = 256
+
+
+def image_plan(env, slot_ctx, env_file='the env file'):
+    """The image the vision check sends to reach the plan's peak: the largest square one the projector admits
+    (IMAGE_MAX_TOKENS, or the projector type's own limit), capped to one slot's context. {tokens, px,
+    image_max_tokens, projector_type, capped, why}; px None (and why) when it cannot be sized."""
+    out = {'tokens': None, 'px': None, 'image_max_tokens': None, 'projector_type': None, 'capped': False, 'why': ''}
+    limits = {}
+    for name in ('IMAGE_MIN_TOKENS', 'IMAGE_MAX_TOKENS'):
+        value = _env_number(env, name, int, env_file, 0)
+        if value < 0:
+            raise VerifyError('%s=%d in %s: 0 (the projector type\'s own) or a positive number of tokens'
+                              % (name, value, env_file))
+        limits[name] = value
+    path = env.get('MMPROJ_PATH', '')
+    try:
+        facts = gguf_facts(path, header_only=True)
+    except (GGUFError, EnvironmentError, ValueError) as exc:
+        out['why'] = 'the projector %s could not be read (%s): the large image is not sized' % (
+            path or '(MMPROJ_PATH empty)', _short(str(exc), 200))
+        return out
+    g = image_geometry(facts, limits['IMAGE_MIN_TOKENS'], limits['IMAGE_MAX_TOKENS'])
+    out['projector_type'] = (facts.get('mmproj') or {}).get('projector_type')
+    if g is None:
+        out['why'] = 'projector type %s: its image tokens are not modelled, so only the small image is sent' % (
+            out['projector_type'],)
+        return out
+    tokens = g['image_max_tokens']
+    room = slot_ctx - IMAGE_TEXT_RESERVE          # slot_ctx 0: the model decides the context, nothing to cap by
+    if slot_ctx > 0 and tokens > room:
+        if room < 1:
+            out['why'] = 'one slot (%d tokens) holds no image beside the text' % slot_ctx
+            return out
+        tokens, out['capped'] = room, True
+    side = _isqrt(tokens)
+    out.update(tokens=side * side, px=side * g['patch_size'] * g['merge'], image_max_tokens=g['image_max_tokens'])
+    return out
 
 
 def data_uri(png):
@@ -166,6 +228,7 @@ def features(env, host='', env_file='the env file'):
         jinja='--no-jinja' not in extra.split(),
         mmproj=env.get('MMPROJ_PATH', ''),
     )
+    expect['image'] = image_plan(env, expect['slot_ctx'], env_file) if expect['vision'] else None
     return expect
 
 
@@ -260,8 +323,13 @@ def _describe(name, expect, o, base, alias):
     if name == 'reasoning_effort':
         return chat + ' once per reasoning_effort %s: the map effort -> HTTP status' % ', '.join(o['reasoning_efforts'])
     if name == 'vision':
+        image = expect.get('image') or {}
+        large = (' - then a %dx%d PNG (%d image tokens, IMAGE_MAX_TOKENS %d%s): 200, content, the peak the plan booked'
+                 % (image['px'], image['px'], image['tokens'], image['image_max_tokens'],
+                    ', capped to one slot' if image['capped'] else '')) if image.get('px') else (
+            ' - no large image: %s' % image['why'] if image.get('why') else '')
         return (chat + ' with a generated 64x32 PNG (image_url data URI) and the same text without it: 200, content, '
-                'more prompt tokens with the image')
+                'more prompt tokens with the image' + large)
     if name == 'slots':
         return ('%d concurrent %s, id_slot 0..%d, an echo prompt, %d tokens%s'
                 % (expect['slots'], chat, expect['slots'] - 1, o['slot_max_tokens'],
@@ -450,8 +518,32 @@ def check_vision(ep, expect, o):
     if base_code != 200 or with_tokens <= without:
         return 'fail', ('the image request counted %d prompt tokens, the same text without it %d (HTTP %s): the image '
                         'was not encoded' % (with_tokens, without, base_code)), figures
-    return 'pass', '%d prompt tokens with the image, %d without; %d characters answered' % (
-        with_tokens, without, len(content)), figures
+    small = '%d prompt tokens with the image, %d without; %d characters answered' % (with_tokens, without, len(content))
+    figures['image_tokens_small'] = with_tokens - without
+    image = expect.get('image') or {}
+    if not image.get('px'):
+        figures['image_tokens'] = with_tokens - without
+        return 'pass', small + ('; %s' % image['why'] if image.get('why') else ''), figures
+    # the largest image the limit admits: what grows the projector's compute to the peak the plan booked
+    png = test_image(image['px'], image['px'])
+    large = [{'type': 'text', 'text': text}, {'type': 'image_url', 'image_url': {'url': data_uri(png)}}]
+    code, body = ep.call('/v1/chat/completions', _chat(expect['alias'], large, 16), timeout=o['request_timeout'])
+    figures.update(image_px=image['px'], image_tokens_planned=image['tokens'], image_max_tokens=image['image_max_tokens'],
+                   image_bytes_large=len(png), status_large=code)
+    if code != 200:
+        return 'fail', ('the %dx%d image (%d tokens, the most IMAGE_MAX_TOKENS %d admits) answered HTTP %s: %s - the '
+                        'projector cannot reach the peak the plan booked; lower llama_server_image_max_tokens or give its '
+                        'device room' % (image['px'], image['px'], image['tokens'], image['image_max_tokens'], code,
+                                         _short(error_text(body)))), figures
+    answer = _chat_answer(body, what='the large image')
+    large_tokens = answer['usage']['prompt_tokens']
+    figures.update(image_tokens=large_tokens - without, prompt_tokens_large=large_tokens)
+    if large_tokens <= with_tokens:
+        return 'fail', ('the %dx%d image counted %d prompt tokens, no more than the 64x32 one (%d): it was not encoded '
+                        'at its size' % (image['px'], image['px'], large_tokens, with_tokens)), figures
+    return 'pass', small + '; the %dx%d image: %d image tokens sent (IMAGE_MAX_TOKENS %d%s)' % (
+        image['px'], image['px'], large_tokens - without, image['image_max_tokens'],
+        ', capped to one slot' if image['capped'] else ''), figures
 
 
 def per_slot_drafts(ep, expect, o, prompts, max_tokens, shape, label, problems):

@@ -178,6 +178,13 @@ PROFILES = {
         # constants held: any value in 150..500 MiB gives the same worst residual, 0.61 GiB on ab-none)
         "draft_block_base_bytes": 300 * MIB,
         "mmproj_compute_bytes": 37 * MIB,
+        # issue 34: the fitted 37 MiB stays the projector's load-time reserve (the fit absorbed the rest of what
+        # clip reserves into the other constants); what a request adds beyond it is the cuda profile's law
+        # (ggml-cuda's code compiled for HIP), a prior until ROCm figures after images are recorded
+        "mmproj_reserve_fitted": True,
+        "mmproj_compute_base_bytes": 8 * MIB,
+        "mmproj_first_use_bytes": 100 * MIB,
+        "mmproj_pool_bytes": 9.0,
         "host_modelled": False,                 # the runbook records no host RAM figures
         "host_embd_bytes": 0.0,
         "host_split_embd_bytes": 0.0,
@@ -217,6 +224,13 @@ PROFILES = {
         # weights): the qwen3vl warm-up image of 46x46 merged tokens. The RSS grows by 7 MiB at load and
         # 17 MiB after 160x160 images; the reservation is what a largest image touches
         "mmproj_compute_bytes": 38 * MIB,
+        # issue 34: the projector law (MMPROJ_ACT_BYTES) with no fixed part and no runtime context of its own;
+        # the CPU backend's work buffer (the activations converted to the weights' type for a matmul) stands
+        # where a GPU's pool does
+        "mmproj_reserve_fitted": False,
+        "mmproj_compute_base_bytes": 0,
+        "mmproj_first_use_bytes": 0,
+        "mmproj_pool_bytes": 9.0,
         "host_modelled": True,
         "host_embd_bytes": 8.0,                 # host buffer 40 x n_embd per token at 4 copies, 16 at 1
         "host_split_embd_bytes": 8.0,
@@ -285,7 +299,19 @@ PROFILES = {
         "draft_compute_base_bytes": 0,
         # issue 24: none beside the block-drafter law (tests/fixtures/llamacpp/b11434-cuda-h200-block)
         "draft_block_base_bytes": 0,
-        "mmproj_compute_bytes": 256 * MIB,      # not measured (no mmproj in the matrix): a conservative prior
+        # a projector whose image tokens are not modelled (a type outside MMPROJ_TYPES): a conservative prior
+        "mmproj_compute_bytes": 256 * MIB,
+        # issue 34, from a real-size qwen3vl_merger (n_embd 1152) beside the 27B target on one H200 (the issue's
+        # figures): clip reserves at load for its warm-up image (46 x 46 tokens: ~252 MiB; 32 x 32 with
+        # --image-max-tokens 1024: ~126 MiB) -> MMPROJ_ACT_BYTES per (patch x n_embd) + this fixed part
+        "mmproj_reserve_fitted": False,
+        "mmproj_compute_base_bytes": 8 * MIB,
+        # the first image of any size: clip's own CUDA backend (stream, cuBLAS handle and workspace) ~100 MiB
+        "mmproj_first_use_bytes": 100 * MIB,
+        # the CUDA pool after an image of P patches: the activations converted to the BF16 weights' type for
+        # cuBLAS (n_ff 4304 x 2 B per patch ~ 7.5 x n_embd) -- 9 B per (patch x n_embd) with the 2048^2 and
+        # 2880^2 figures (+0.5 / +1.1 GiB over the load with the first-use context); never handed back
+        "mmproj_pool_bytes": 9.0,
         "host_modelled": True,                  # the CUDA_Host compute buffer follows the cpu host law within 1.5 MiB
         "host_embd_bytes": 8.0,
         "host_split_embd_bytes": 8.0,
@@ -307,6 +333,34 @@ RPC_SERVER_OVERHEAD_BYTES = {
     "cuda": 624 * MIB,
     "hip": 300 * MIB,
 }
+
+
+# The vision projector (tools/mtmd b11434; issue 34). An image of T tokens is T x merge^2 patches of patch_size
+# pixels (clip-model.h set_limit_image_tokens: image_max_pixels = max tokens x patch^2 x merge^2), each patch
+# n_embd wide through the ViT. At load clip reserves its compute for a warm-up image (clip.cpp warmup ->
+# reserve_compute_meta): set_warmup_n_tokens(46*46) for the Qwen-VL family, floor(sqrt(max))^2 tokens when
+# --image-max-tokens is lower. The preprocessor admits images up to the maximum (4096 tokens by default), so a
+# larger image re-reserves the graph at request time (the allocator grows, never shrinks), and the first encode
+# on the projector's backend adds its runtime context and pool. All of it lives on the projector's device
+# (--mmproj-device, default the first of --device, common/arg.cpp), or with --no-mmproj-offload on the CPU
+# backend, in host memory (clip.cpp clip_ctx: use_gpu false). The server caps the maximum at the ubatch only for
+# projectors that need non-causal attention (server-context.cpp; mtmd_decode_use_non_causal): none of these.
+# projector type: (default spatial merge, default patch size, min tokens, max tokens, warm-up tokens), as
+# clip.cpp load_hparams sets them; the GGUF's own patch_size / spatial_merge_size win where it has them
+MMPROJ_TYPES = {
+    "qwen2vl_merger": (2, 14, 8, 4096, 46 * 46),
+    "qwen2.5vl_merger": (2, 14, 8, 4096, 46 * 46),
+    "qwen3vl_merger": (2, 16, 8, 4096, 46 * 46),
+}
+# The ViT's compute per (patch x n_embd) (the allocator's law, every profile): fitted to the two load-time
+# reserves of the real-size qwen3vl_merger on CUDA (~252 MiB at 46 x 46 tokens, ~126 MiB at 32 x 32)
+MMPROJ_ACT_BYTES = 26.0
+# b11434 encoding on the CPU (--no-mmproj-offload), measured on the H200 host's 16 cores (issue 34)
+MMPROJ_CPU_ENCODE = "~34 s for a 1024-token image; a 4096-token one did not finish in 120 s"
+# Flash attention on CUDA and HIP (ggml-cuda/fattn.cu ggml_cuda_fattn_kv_type_supported, b11434): the K/V types
+# with a kernel. Any other type makes ggml_cuda_flash_attn_ext_supported false, so the scheduler runs every
+# attention layer's FA on the CPU, copying the layer's K and V views to the host (per pipeline copy)
+FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 
 
 # Mixture-of-Experts terms, measured on one H200 against b11434 loads of a Qwen3-30B-A3B-class qwen3moe Q4_K_M
@@ -589,6 +643,15 @@ def _normalize_serve(serve, model, drafter):
     s["cache_type_v_draft"] = str(serve.get("cache_type_v_draft") or "f16").lower()
     s["draft_device"] = serve.get("draft_device")
     s["mmproj_device"] = serve.get("mmproj_device")
+    # --no-mmproj-offload (or --mmproj-device none): the projector on the CPU backend, in host memory
+    s["mmproj_offload"] = _bool_field(serve, "mmproj_offload", True)
+    if isinstance(s["mmproj_device"], str) and s["mmproj_device"].strip().lower() == "none":
+        s["mmproj_device"], s["mmproj_offload"] = None, False
+    if s["mmproj_device"] == "":
+        s["mmproj_device"] = None
+    # --image-min-tokens / --image-max-tokens; 0 (or unset): the projector type's own default
+    s["image_min_tokens"] = _int_field(serve, "image_min_tokens", "serve", default=0, minimum=0)
+    s["image_max_tokens"] = _int_field(serve, "image_max_tokens", "serve", default=0, minimum=0)
     s["floor_bytes"] = _int_field(serve, "floor_bytes", "serve", default=0, minimum=0)
     s["max_gap_bytes"] = _int_field(serve, "max_gap_bytes", "serve", default=None, minimum=0)
     s["lean_layers"] = _int_field(serve, "lean_layers", "serve", default=0, minimum=0)
@@ -900,6 +963,7 @@ def _prepare(gpus, model, serve, drafter, mmproj):
     c.mmproj_dev = _device_index(c.s["mmproj_device"], c.gpus, "mmproj_device")
     if c.mmproj_dev is None:
         c.mmproj_dev = 0          # arg.cpp: the mmproj device defaults to the first of --device
+    c.mm = _mmproj_terms(c.prof, mmproj, c.s) if mmproj is not None else None
     types = c.s["spec_type"]
     c.mtp = any(t in SELF_DRAFT_TYPES for t in types)
     c.model_draft = model_drafters(types)
@@ -970,6 +1034,80 @@ def _choose_n_cpu_moe(c, floor):
     return ("serve.n_cpu_moe chosen by the planner: %d -- the routed experts of blocks 0-%d stay on the host, the "
             "fewest blocks whose plan %s (every expert on the GPUs: %s); set serve.n_cpu_moe to pin it (0 keeps "
             "every expert on the GPUs)" % (hi, hi - 1, reached, all_gpu))
+
+
+def _mmproj_geometry(mm, s):
+    """The projector's image-token law: type, width, patch, merge and the token limits as b11434 sets them
+    (MMPROJ_TYPES; --image-min-tokens / --image-max-tokens override). None for a type it does not model."""
+    info = mm.get("mmproj") if isinstance(mm.get("mmproj"), dict) else {}
+    ptype = info.get("projector_type")
+    known = MMPROJ_TYPES.get(ptype) if isinstance(ptype, str) else None
+    n_embd = info.get("embedding_length")
+    if known is None or not _is_int(n_embd) or n_embd < 1:
+        return None
+    merge_d, patch_d, min_d, max_d, warm_d = known
+    patch, merge = info.get("patch_size"), info.get("spatial_merge_size")
+    patch = patch if _is_int(patch) and patch > 0 else patch_d
+    merge = merge if _is_int(merge) and merge > 0 else merge_d
+    max_tokens = s["image_max_tokens"] or max_d
+    min_tokens = s["image_min_tokens"] or min_d
+    # clip-model.h set_warmup_n_tokens: never warm up with more tokens than a custom maximum allows
+    side = int(round(math.sqrt(warm_d)))
+    if s["image_max_tokens"] and warm_d > s["image_max_tokens"]:
+        side = max(1, int(math.sqrt(s["image_max_tokens"])))
+    return {"projector_type": ptype, "n_embd": n_embd, "patch_size": patch, "merge": merge,
+            "image_min_tokens": min_tokens, "image_max_tokens": max_tokens, "warmup_tokens": side * side,
+            "default_max_tokens": max_d}
+
+
+def image_geometry(mmproj, image_min_tokens=0, image_max_tokens=0):
+    """The image-token law of an mmproj's gguf_info facts under --image-min/max-tokens (0: the type's own):
+    {projector_type, n_embd, patch_size, merge, image_min_tokens, image_max_tokens, warmup_tokens, ...}, or None
+    for a projector type fit_plan does not model. The verify stage sizes its largest image with it."""
+    if not isinstance(mmproj, dict):
+        return None
+    return _mmproj_geometry(mmproj, {"image_min_tokens": int(image_min_tokens or 0),
+                                     "image_max_tokens": int(image_max_tokens or 0)})
+
+
+def _mmproj_reserve(prof, g, tokens):
+    """clip's compute buffer for an image of this many tokens: a fixed part + the ViT's activations."""
+    return int(prof["mmproj_compute_base_bytes"] + MMPROJ_ACT_BYTES * tokens * g["merge"] ** 2 * g["n_embd"])
+
+
+def _mmproj_pool(prof, g, tokens):
+    """The backend's matmul temporaries after an image of this many tokens (the CUDA pool, the CPU work buffer)."""
+    return int(prof["mmproj_pool_bytes"] * tokens * g["merge"] ** 2 * g["n_embd"])
+
+
+def _mmproj_request(prof, g, tokens, first_use):
+    """What an image of this many tokens adds beyond the load: the first-use context, the graph's growth past the
+    warm-up reservation, the pool."""
+    grow = max(0, _mmproj_reserve(prof, g, tokens) - _mmproj_reserve(prof, g, g["warmup_tokens"]))
+    return int(first_use + grow + _mmproj_pool(prof, g, tokens))
+
+
+def _mmproj_terms(prof, mm, s):
+    """The projector's bytes at load and at the peak a request can reach (the largest image the limit admits),
+    and where they live: the projector's device, or the host with mmproj_offload false."""
+    weights = int(mm.get("mmproj_bytes") or (mm.get("mmproj") or {}).get("bytes") or mm.get("tensor_bytes_total") or 0)
+    on_gpu = s["mmproj_offload"] and prof is not PROFILES["cpu"]
+    # the CPU backend keeps no runtime context of its own: only a GPU backend's first encode adds one
+    first_use = int(prof["mmproj_first_use_bytes"]) if s["mmproj_offload"] else 0
+    cpu_prof = prof if s["mmproj_offload"] else PROFILES["cpu"]
+    g = _mmproj_geometry(mm, s)
+    out = {"weights_bytes": weights, "offload": bool(s["mmproj_offload"]), "modelled": g is not None,
+           "projector_type": (mm.get("mmproj") or {}).get("projector_type"), "first_use_bytes": first_use,
+           "geometry": g, "prof": cpu_prof, "on_gpu": on_gpu}
+    if g is None:
+        out.update(reserve_bytes=int(prof["mmproj_compute_bytes"]), request_bytes=first_use)
+        return out
+    if cpu_prof.get("mmproj_reserve_fitted"):
+        reserve = int(cpu_prof["mmproj_compute_bytes"])
+    else:
+        reserve = _mmproj_reserve(cpu_prof, g, g["warmup_tokens"])
+    out.update(reserve_bytes=reserve, request_bytes=_mmproj_request(cpu_prof, g, g["image_max_tokens"], first_use))
+    return out
 
 
 def _ffn_width(layer, n_used, n_ff):
@@ -1138,7 +1276,7 @@ def _evaluate(c, split, n_ctx_req):
                      "weights_bytes": 0, "kv_bytes": 0, "recurrent_bytes": 0, "draft_bytes": 0, "mmproj_bytes": 0,
                      "compute_bytes": 0, "overhead_bytes": 0, "has_attn": False, "has_swa": False,
                      "has_layers": False, "n_ff": 0, "fa_kv_f16": 0, "expert_bytes": 0, "host_expert_bytes": 0,
-                     "moe_used": 0, "expert_copy_max": 0, "expert_copy_bytes": 0})
+                     "moe_used": 0, "expert_copy_max": 0, "expert_copy_bytes": 0, "mmproj_peak_bytes": 0})
     n_swa = int(m.get("sliding_window") or 0)
     swa_n = swa_cells(n_ctx_seq, n_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if n_swa else 0
     lt = _layer_table(c, n_ctx_seq, n_stream, swa_n)
@@ -1189,7 +1327,7 @@ def _evaluate(c, split, n_ctx_req):
                                                + (swa_n if "swa" in kinds_all else 0))),
             # llama-context.cpp output_reserve(n_seq_max): one row of f32 logits per sequence, on the host
             "output_bytes": 4 * n_seq * c.n_vocab,
-            "draft_compute_bytes": 0, "draft_output_bytes": 0}
+            "draft_compute_bytes": 0, "draft_output_bytes": 0, "mmproj_bytes": 0}
     # --n-cpu-moe / --cpu-moe: the offloaded experts are host weights (llama.cpp prints them in the CPU model buffer)
     host_experts = sum(d["host_expert_bytes"] for d in devs)
     host["weights_bytes"] += host_experts
@@ -1314,10 +1452,14 @@ def _evaluate(c, split, n_ctx_req):
                                                          + (d_swa_n if "swa" in d_kinds else 0)))
         host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
 
-    if c.mmproj is not None:
-        mm = c.mmproj
-        mb = int(mm.get("mmproj_bytes") or (mm.get("mmproj") or {}).get("bytes") or mm.get("tensor_bytes_total") or 0)
-        devs[c.mmproj_dev]["mmproj_bytes"] += mb + int(prof["mmproj_compute_bytes"])
+    if c.mm is not None:
+        # the projector at the peak a request can reach (_mmproj_terms); of it, what only a request adds
+        mm_total = c.mm["weights_bytes"] + c.mm["reserve_bytes"] + c.mm["request_bytes"]
+        if c.mm["offload"]:
+            devs[c.mmproj_dev]["mmproj_bytes"] += mm_total
+            devs[c.mmproj_dev]["mmproj_peak_bytes"] += c.mm["request_bytes"]
+        else:
+            host["mmproj_bytes"] = mm_total
 
     rows = []
     for d, g in zip(devs, c.gpus):
@@ -1337,6 +1479,8 @@ def _evaluate(c, split, n_ctx_req):
         row = dict((k, d[k]) for k in keys)
         # MoE: of weights_bytes, the routed experts held here; of compute_bytes, the reserve for experts copied over
         row.update(expert_weights_bytes=d["expert_bytes"], expert_copy_bytes=d["expert_copy_bytes"])
+        # of mmproj_bytes, what only an image request adds (the load-time figure is mmproj_bytes minus this)
+        row["mmproj_peak_bytes"] = d["mmproj_peak_bytes"]
         row.update({"index": d["index"], "total_bytes": int(total), "free_bytes": int(free),
                     "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
                     "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
@@ -1776,6 +1920,106 @@ def _moe_checks(c, best, cache, host_ram_bytes, errors, warnings):
                          _gib(host_total - hx["bytes"]), _gib(cache_bytes), _gib(floor), _gib(host_ram_bytes)))
 
 
+def _image_side(g, tokens):
+    """The side in pixels of the largest square image of at most this many tokens."""
+    return int(math.sqrt(max(0, tokens))) * g["patch_size"] * g["merge"]
+
+
+def _mmproj_result(c, best, floor, errors, warnings):
+    """The projector's terms in the result, the largest image that fits its device, and what to say about them."""
+    s, mm = c.s, c.mm
+    image_set = s["image_max_tokens"] or s["image_min_tokens"]
+    if mm is None:
+        if image_set or not s["mmproj_offload"]:
+            warnings.append("serve.%s has no effect: no projector (mmproj) is planned"
+                            % ("image_max_tokens" if s["image_max_tokens"] else
+                               "image_min_tokens" if s["image_min_tokens"] else "mmproj_offload"))
+        return None
+    g = mm["geometry"]
+    peak = mm["weights_bytes"] + mm["reserve_bytes"] + mm["request_bytes"]
+    out = {"offload": mm["offload"], "projector_type": mm["projector_type"], "modelled": mm["modelled"],
+           "device": c.gpus[c.mmproj_dev]["name"] if mm["offload"] else "CPU",
+           "weights_bytes": mm["weights_bytes"], "reserve_bytes": mm["reserve_bytes"],
+           "load_bytes": mm["weights_bytes"] + mm["reserve_bytes"], "first_use_bytes": mm["first_use_bytes"],
+           "request_bytes": mm["request_bytes"], "peak_bytes": peak,
+           "image_min_tokens": None, "image_max_tokens": None, "warmup_tokens": None, "max_image_px": None,
+           "largest_image_tokens": None, "largest_image_px": None}
+    if not mm["offload"] and s["mmproj_device"] is not None:
+        warnings.append("serve.mmproj_device %s is not used: serve.mmproj_offload false keeps the projector on the CPU"
+                        % s["mmproj_device"])
+    if not mm["modelled"]:
+        warnings.append("projector type %s: its image tokens are not modelled (fit_plan knows %s); planned at the "
+                        "profile's %.0f MiB of compute + %.0f MiB first-use context, whatever serve.image_max_tokens says"
+                        % (mm["projector_type"], ", ".join(sorted(MMPROJ_TYPES)), mm["reserve_bytes"] / float(MIB),
+                           mm["first_use_bytes"] / float(MIB)))
+        return out
+    out.update(image_min_tokens=g["image_min_tokens"], image_max_tokens=g["image_max_tokens"],
+               warmup_tokens=g["warmup_tokens"], max_image_px=_image_side(g, g["image_max_tokens"]),
+               patch_size=g["patch_size"], spatial_merge_size=g["merge"])
+    if g["image_min_tokens"] > g["image_max_tokens"]:
+        errors.append("serve.image_min_tokens %d is more than serve.image_max_tokens %d: every image would be scaled "
+                      "past the maximum the projector was planned for; lower image_min_tokens"
+                      % (g["image_min_tokens"], g["image_max_tokens"]))
+    if not mm["offload"]:
+        out["largest_image_tokens"], out["largest_image_px"] = g["image_max_tokens"], out["max_image_px"]
+        warnings.append("serve.mmproj_offload false: the projector runs on the CPU - %s GiB of host memory at the "
+                        "largest image (%d tokens, %dx%d px), and b11434's encode there is slow (%s); keep it on a GPU "
+                        "(mmproj_offload true) unless images are rare and small"
+                        % (_gib(peak), g["image_max_tokens"], out["max_image_px"], out["max_image_px"], MMPROJ_CPU_ENCODE))
+        return out
+    dev = best["devices"][c.mmproj_dev]
+    prof, first = mm["prof"], mm["first_use_bytes"]
+    room = dev["free_bytes"] - floor + mm["request_bytes"]      # what any image may add above the load
+
+    def fits(tokens):
+        return _mmproj_request(prof, g, tokens, first) <= room
+    lo, hi = 0, g["image_max_tokens"]
+    if fits(hi):
+        lo = hi
+    else:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+    out["largest_image_tokens"], out["largest_image_px"] = lo, _image_side(g, lo)
+    if lo < g["image_max_tokens"] and lo < g["image_min_tokens"]:
+        warnings.append("serve.image_max_tokens %d: no image fits %s under the %.2f GiB floor - the first image alone "
+                        "adds %s GiB at request time (the projector's own runtime context, %s GiB, and its graph), "
+                        "beyond what the load shows; move the projector (mmproj_device) or give the card fewer "
+                        "layers/context" % (g["image_max_tokens"], dev["name"], floor / float(GIB),
+                                            _gib(_mmproj_request(prof, g, g["image_min_tokens"], first)), _gib(first)))
+    elif lo < g["image_max_tokens"]:
+        beyond = _mmproj_request(prof, g, g["image_max_tokens"], first) - _mmproj_request(prof, g, lo, first)
+        warnings.append("serve.image_max_tokens %d is what fills %s: an image of that many tokens (%dx%d px) adds %s GiB "
+                        "at request time (%s GiB past the largest that fits), beyond what the load shows; the largest "
+                        "image that keeps the %.2f GiB floor is %d tokens (%dx%d px) - set image_max_tokens %d, move the "
+                        "projector (mmproj_device) or give the card fewer layers/context"
+                        % (g["image_max_tokens"], dev["name"], out["max_image_px"], out["max_image_px"],
+                           _gib(mm["request_bytes"]), _gib(beyond), floor / float(GIB), lo, out["largest_image_px"],
+                           out["largest_image_px"], lo))
+    return out
+
+
+def _fa_kernel_warnings(c):
+    """KV types with no flash-attention kernel on CUDA/HIP: b11434 runs that attention on the CPU."""
+    s = c.s
+    if s["backend"] not in ("cuda", "hip") or not s["flash_attn"]:
+        return []
+    fields = ["cache_type_k", "cache_type_v"]
+    if c.mtp or (c.drafter is not None and c.model_draft):
+        fields += ["cache_type_k_draft", "cache_type_v_draft"]
+    bad = [(f, s[f]) for f in fields if s[f] not in FA_KV_TYPES_GPU]
+    if not bad:
+        return []
+    return ["serve.%s: b11434 has no %s flash-attention kernel for %s KV (ggml-cuda/fattn.cu has one for %s): "
+            "every attention layer then runs on the CPU, its K and V copied to the host each ubatch - slow, and "
+            "host memory the plan does not hold (1.27 GiB more was measured with iq4_nl); use q4_0 (the same 4.5 "
+            "bits per value) or q8_0" % (" and serve.".join(f for f, _ in bad), s["backend"].upper(),
+                                         "/".join(sorted(set(t for _, t in bad))), ", ".join(FA_KV_TYPES_GPU))]
+
+
 def _max_ctx(c, split, floor, auto):
     """Largest n_ctx (a multiple of 256 x n_seq_max, so nothing is padded) that passes the floor."""
     n_seq = c.s["parallel"]
@@ -1890,6 +2134,8 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
             warnings.append("drafter has no sliding window: its draft context is sized from the target's n_ctx "
                             "(common/speculative.cpp), so it caches the whole %d-token window (%s GiB of draft KV)"
                             % (n_ctx_seq, _gib(sum((r.get("draft_detail") or {}).get("kv_bytes", 0) for r in best["devices"]))))
+    vision = _mmproj_result(c, best, floor, errors, warnings)
+    warnings.extend(_fa_kernel_warnings(c))
     drafter_unused = _drafter_unused(c)
     if drafter_unused:
         warnings.append(drafter_unused)
@@ -1929,4 +2175,5 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
         "drafter_unused": drafter_unused,
         "host_experts": best["host_experts"],
         "n_cpu_moe_choice": moe_choice,
+        "mmproj": vision,
     }

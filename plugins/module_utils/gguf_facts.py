@@ -448,6 +448,13 @@ def facts_from_gguf(g):
             "image_size": f.get("clip.vision.image_size"),
             "embedding_length": f.get("clip.vision.embedding_length"),
             "projection_dim": f.get("clip.vision.projection_dim"),
+            # what sizes an image's encode (fit_plan's projector law): patches of patch_size, merged
+            # spatial_merge_size x spatial_merge_size into one image token (clip.cpp load_hparams)
+            "patch_size": f.get("clip.vision.patch_size"),
+            "spatial_merge_size": f.get("clip.vision.spatial_merge_size"),
+            "block_count": f.get("clip.vision.block_count"),
+            "feed_forward_length": f.get("clip.vision.feed_forward_length"),
+            "head_count": f.get("clip.vision.attention.head_count"),
         }
         facts["mmproj_bytes"] = g.tensor_bytes
         facts["layers"] = []

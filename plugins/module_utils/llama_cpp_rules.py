@@ -139,6 +139,10 @@ FLAG_SPELLINGS = _spelling_table("""
 --mmproj-url              -mmu --mmproj-url
 --mmproj-auto             --mmproj-auto
 --no-mmproj-offload       --no-mmproj-offload
+--mmproj-offload          --mmproj-offload
+--mmproj-device           -mmdev --mmproj-device
+--image-min-tokens        --image-min-tokens
+--image-max-tokens        --image-max-tokens
 --api-key                 --api-key
 --api-key-file            --api-key-file
 --rpc                     --rpc

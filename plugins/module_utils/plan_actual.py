@@ -71,8 +71,8 @@ KFD_PROC = "/sys/class/kfd/kfd/proc"
 PCI_DEVICES = "/sys/bus/pci/devices"
 SHAPE_KEYS = ("CTX_SIZE", "PARALLEL", "BATCH_SIZE", "UBATCH_SIZE", "CACHE_TYPE_K", "CACHE_TYPE_V", "FLASH_ATTN",
               "DEVICES", "SPLIT_MODE", "TENSOR_SPLIT", "NGL", "SPEC_TYPE", "SPEC_DRAFT_N_MAX", "SPEC_DRAFT_DEVICE",
-              "VISION", "ALIAS", "MODEL_PATH", "DRAFT_MODEL_PATH", "MMPROJ_PATH", "N_CPU_MOE", "CPU_MOE",
-              "LOAD_MODE")
+              "VISION", "ALIAS", "MODEL_PATH", "DRAFT_MODEL_PATH", "MMPROJ_PATH", "N_CPU_MOE", "CPU_MOE", "LOAD_MODE",
+              "MMPROJ_DEVICE", "MMPROJ_OFFLOAD", "IMAGE_MIN_TOKENS", "IMAGE_MAX_TOKENS")
 
 
 # What no real process or card comes near: a figure outside is refused by name, never recorded.

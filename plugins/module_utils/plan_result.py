@@ -41,6 +41,8 @@ INVENTORY_NAMES = {
     "draft_device": "llama_server_spec_draft_device", "cache_ram_mib": "llama_server_cache_ram",
     "floor_bytes": "dankfleet_plan_floor_bytes", "lean_layers": "dankfleet_plan_lean_layers",
     "n_cpu_moe": "llama_server_n_cpu_moe", "cpu_moe": "llama_server_cpu_moe", "load_mode": "llama_server_load_mode",
+    "mmproj_device": "llama_server_mmproj_device", "mmproj_offload": "llama_server_mmproj_offload",
+    "image_min_tokens": "llama_server_image_min_tokens", "image_max_tokens": "llama_server_image_max_tokens",
 }
 _SERVE_FIELD = re.compile(r"\bserve\.([a-z_]+)")
 # a field named bare in a hint ("lower floor_bytes", "cache_type_k/v q8_0"), never part of a longer name
@@ -92,9 +94,15 @@ def fit_serve(serve, floor_bytes=0, lean_layers=0):
         "n_cpu_moe": int(serve.get("n_cpu_moe") or 0),
         "cpu_moe": bool(serve.get("cpu_moe")),
         "load_mode": serve.get("load_mode") or "auto",
+        # the projector: where it runs, and the image-token limits (0: the projector type's own)
+        "mmproj_offload": serve.get("mmproj_offload") is not False,
+        "image_min_tokens": int(serve.get("image_min_tokens") or 0),
+        "image_max_tokens": int(serve.get("image_max_tokens") or 0),
     }
     if serve.get("spec_draft_device") not in (None, ""):
         out["draft_device"] = serve["spec_draft_device"]
+    if serve.get("mmproj_device") not in (None, ""):
+        out["mmproj_device"] = serve["mmproj_device"]
     if out["cache_ram_mib"] is None:
         out["cache_ram_mib"] = "auto"
     return out
@@ -152,6 +160,15 @@ def plan_result(fit, serve, host="this host", reads="host"):
         lines.append("experts on the host: blocks %d-%d (%s), %s GiB %s (load mode %s)" % (
             experts["block_range"][0], experts["block_range"][1], setting, _gib(experts["bytes"]), experts["memory"],
             experts["load_mode"]))
+    vision = fit.get("mmproj")
+    if isinstance(vision, dict) and vision.get("peak_bytes") is not None:
+        # issue 34: where the projector is and what its largest image adds beyond the load
+        image = ("images up to %s tokens (%sx%s px), the largest that keeps the floor %s tokens" % (
+            vision.get("image_max_tokens"), vision.get("max_image_px"), vision.get("max_image_px"),
+            vision.get("largest_image_tokens")) if vision.get("modelled") else "image tokens not modelled")
+        lines.append("projector %s on %s: %s GiB at load, %s GiB at its peak (%s)" % (
+            vision.get("projector_type") or "?", vision.get("device"), _gib(vision.get("load_bytes") or 0),
+            _gib(vision["peak_bytes"]), image))
     lines.append("binding: " + binding)
     if pinned["tensor_split"]:
         tensor_split = [_share(s) for s in serve["tensor_split"]]

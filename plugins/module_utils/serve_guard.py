@@ -61,8 +61,14 @@ _ROLE_FLAGS = (
     (("--spec-ngram-mod-n-match",), "llama_server_spec_ngram_mod_n_match"),
     (("--spec-ngram-mod-n-min",), "llama_server_spec_ngram_mod_n_min"),
     (("--spec-ngram-mod-n-max",), "llama_server_spec_ngram_mod_n_max"),
-    (("--mmproj", "--no-mmproj", "--mmproj-url", "--mmproj-auto", "--no-mmproj-offload"),
+    (("--mmproj", "--no-mmproj", "--mmproj-url", "--mmproj-auto"),
      "llama_server_vision and llama_server_mmproj_path"),
+    # issue 34: where the projector runs and how large an image may be decide the peak the plan books
+    (("--no-mmproj-offload", "--mmproj-offload"),
+     "llama_server_mmproj_offload (the plan books the projector on the CPU or its device)"),
+    (("--mmproj-device",), "llama_server_mmproj_device (the plan books the projector's peak on that device)"),
+    (("--image-min-tokens",), "llama_server_image_min_tokens"),
+    (("--image-max-tokens",), "llama_server_image_max_tokens (the plan books the largest image's peak)"),
     (("--api-key", "--api-key-file"), "llama_server_api_key"),
     (("--rpc",), "llama_server_rpc (derived from the llm_rpc_workers group; the plan sizes its devices)"),
     (("--log-verbosity",), "llama_server_log_verbosity"),
@@ -80,6 +86,8 @@ _GUARDED_ENV.update({
     rules.CUDA_VISIBLE_ENV: "llama_server_cuda_visible_devices (gpu_facts' cuda_visible_devices)",
     rules.DEVICE_ORDER_ENV: "nothing: gpu_facts and the plan number the devices in the order llama.cpp lists them",
     "XDG_CACHE_HOME": "nothing: the unit keeps the kernel cache under llama_server_state_dir",
+    # common/arg.cpp: --mmproj-device's environment name has no LLAMA_ARG_ prefix
+    "MTMD_BACKEND_DEVICE": "llama_server_mmproj_device (the plan books the projector's peak on that device)",
 })
 
 # -ot is how experts are usually kept on the CPU by hand: say which settings do that with a plan behind them

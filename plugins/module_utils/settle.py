@@ -61,6 +61,7 @@ PLAN_SERVE = (
     ("cache_type_k", "str"), ("cache_type_v", "str"), ("flash_attn", "raw"), ("spec_type", "list"),
     ("spec_draft_n_max", "int"), ("spec_draft_device", "str"), ("vision", "bool"), ("rpc", "list"),
     ("n_cpu_moe", "int"), ("cpu_moe", "bool"), ("load_mode", "str"),
+    ("mmproj_device", "str"), ("mmproj_offload", "raw"), ("image_min_tokens", "int"), ("image_max_tokens", "int"),
 )
 PAYLOAD_ROLES = ("target", "drafter", "mmproj")
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,20}\Z")
@@ -143,6 +144,8 @@ BOUNDS = {
     "llama_server_tensor_split[]": (0, 1e6, "one device's share: a layer count or a proportion"),
     "llama_server_cache_ram": (-1, 1 << 24, "MiB of host RAM for prompt caches (-1 no limit); 16 TiB is no host's"),
     "llama_server_n_cpu_moe": (0, 512, "blocks whose experts stay in host RAM; no model has more than 512 (LLAMA_MAX_LAYERS)"),
+    "llama_server_image_min_tokens": (0, 1 << 20, "tokens of one image, 0 for the projector type's own"),
+    "llama_server_image_max_tokens": (0, 1 << 20, "tokens of one image, 0 for the projector type's own"),
     "llama_server_temperature": (0, 10, "a sampling temperature: 0 is greedy, above 10 is noise"),
     "llama_server_top_p": (0, 1, "a probability mass"),
     "llama_server_min_p": (0, 1, "a probability"),

@@ -23,7 +23,11 @@ description:
     C(reasoning_effort) - one request per effort in O(reasoning_efforts), the map effort -> HTTP status returned in
     RV(contract);
     C(vision) (C(VISION=on)) - a 64x32 PNG drawn by the module (bars, a disc, a triangle) as an C(image_url) data URI:
-    200, content, and more prompt tokens than the same text without the image;
+    200, content, and more prompt tokens than the same text without the image; then one square image of the most
+    tokens C(IMAGE_MAX_TOKENS) admits (the projector type's own limit when 0, read off C(MMPROJ_PATH): 2048x2048 for
+    a Qwen-VL projector; capped to one slot's context), so the peak the plan booked on the projector's device is
+    reached under the gate - 200 and more prompt tokens than the small one; its figures carry C(image_px),
+    C(image_tokens) (counted by the server) and C(image_tokens_planned);
     C(slots) - C(PARALLEL) concurrent echo requests, one pinned to each slot with C(id_slot); with a C(SPEC_TYPE) every
     slot's own C(timings.draft_n) must be above 0 (b11434's C(/slots) has no per-slot draft counter, C(/metrics) only
     global ones);

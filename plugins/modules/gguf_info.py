@@ -206,7 +206,9 @@ is_mmproj:
   returned: when O(path) or O(url) is given
   type: bool
 mmproj:
-  description: For an mmproj -- C(projector_type), C(has_vision_encoder), C(has_audio_encoder), C(bytes).
+  description: For an mmproj -- C(projector_type), C(has_vision_encoder), C(has_audio_encoder), C(bytes), C(image_size),
+    C(embedding_length), C(projection_dim), C(patch_size), C(spatial_merge_size), C(block_count), C(feed_forward_length),
+    C(head_count) (the vision encoder's C(clip.vision.*) keys; null where the file has none).
   returned: when O(path) or O(url) is given
   type: dict
 mmproj_bytes:

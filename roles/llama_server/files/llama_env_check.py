@@ -55,7 +55,8 @@ HIP_BARE = ('TEMP', 'HOST', 'GPU_MAX_HEAP_SIZE')
 REQUIRED = ('LLAMA_BIN', 'MODEL_PATH', 'ALIAS', 'BIND_ADDR', 'LISTEN_PORT', 'CTX_SIZE', 'PARALLEL')
 INTEGERS = ('LISTEN_PORT', 'LOG_VERBOSITY', 'CTX_SIZE', 'PARALLEL', 'BATCH_SIZE', 'UBATCH_SIZE', 'NGL', 'NUM_THREADS',
             'THREAD_BATCH', 'CTX_CHECKPOINTS', 'CACHE_RAM', 'TOP_K', 'REASONING_BUDGET', 'SPEC_DRAFT_N_MAX',
-            'SPEC_DRAFT_NGL', 'SPEC_NGRAM_MOD_N_MATCH', 'SPEC_NGRAM_MOD_N_MIN', 'SPEC_NGRAM_MOD_N_MAX', 'N_CPU_MOE')
+            'SPEC_DRAFT_NGL', 'SPEC_NGRAM_MOD_N_MATCH', 'SPEC_NGRAM_MOD_N_MIN', 'SPEC_NGRAM_MOD_N_MAX', 'N_CPU_MOE',
+            'IMAGE_MIN_TOKENS', 'IMAGE_MAX_TOKENS')
 NUMBERS = ('TEMPERATURE', 'TOP_P', 'MIN_P', 'PRESENCE_PENALTY')
 CHOICES = {
     'FIT': ('on', 'off'),
@@ -64,6 +65,7 @@ CHOICES = {
     'CPU_MOE': ('on', 'off'),
     'LOAD_MODE': ('auto', 'none', 'mmap', 'mlock', 'mmap+mlock', 'dio'),
     'VISION': ('on', 'off'),
+    'MMPROJ_OFFLOAD': ('on', 'off'),
     'REASONING': ('on', 'off', 'auto'),
     'SPLIT_MODE': ('none', 'layer', 'row', 'tensor'),
 }

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import gen_models
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import PROFILES, plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
 from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
 
 GIB = 1 << 30
@@ -43,8 +43,15 @@ def test_the_lab_plan_charges_the_projector_and_fits(payload, ram_gib):
     with_vision = plan(gpus, target, serve, mmproj=mmproj, host_ram_bytes=ram_gib * GIB)
     text_only = plan(gpus, target, serve, host_ram_bytes=ram_gib * GIB)
     assert with_vision["fits"] and text_only["fits"], with_vision.get("errors")
-    charged = mmproj["mmproj_bytes"] + PROFILES[serve["backend"]]["mmproj_compute_bytes"]
+    # issue 34: the projector at the peak a request reaches - its weights, clip's reserve for the warm-up image
+    # (46 x 46 tokens) and what the largest image the limit admits (4096 tokens) adds
+    vis = with_vision["mmproj"]
+    assert vis["projector_type"] == "qwen3vl_merger" and vis["modelled"] and vis["warmup_tokens"] == 46 * 46
+    assert vis["image_max_tokens"] == 4096 and vis["max_image_px"] == 64 * mmproj["mmproj"]["patch_size"] * 2
+    charged = mmproj["mmproj_bytes"] + vis["reserve_bytes"] + vis["request_bytes"]
+    assert vis["peak_bytes"] == charged and vis["request_bytes"] > 0
     assert mmproj["mmproj_bytes"] == 192384     # the tensor bytes of the 195264-byte file
     (dev,), (plain,) = with_vision["devices"], text_only["devices"]
+    assert dev["mmproj_peak_bytes"] == vis["request_bytes"] and text_only["mmproj"] is None
     assert dev["mmproj_bytes"] == charged and plain["mmproj_bytes"] == 0
     assert dev["total_bytes"] - plain["total_bytes"] == charged

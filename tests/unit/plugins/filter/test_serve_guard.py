@@ -33,6 +33,13 @@ LAUNCHER = os.path.join(lib.ROOT, "roles", "llama_server", "templates", "serve-l
     (["-ncmoe=24"], "llama_server_n_cpu_moe"),
     (["--load-mode", "none"], "llama_server_load_mode"),
     (["-lm=mmap"], "llama_server_load_mode"),
+    # issue 34: where the projector runs and the image-token limits are settings the plan books
+    (["--mmproj-device", "ROCm1"], "llama_server_mmproj_device"),
+    (["-mmdev=ROCm1"], "llama_server_mmproj_device"),
+    (["--no-mmproj-offload"], "llama_server_mmproj_offload"),
+    (["--mmproj-offload"], "llama_server_mmproj_offload"),
+    (["--image-min-tokens", "64"], "llama_server_image_min_tokens"),
+    (["--image-max-tokens=8192"], "llama_server_image_max_tokens"),
 ])
 def test_planned_flags_are_named_with_their_variable(args, variable):
     problems = serve_shadowed(args)
@@ -64,6 +71,9 @@ def test_other_unplanned_flags_do_not_mention_experts():
     ("LLAMA_ARG_CTX_SIZE", "llama_server_ctx_size"),
     ("LLAMA_ARG_TENSOR_SPLIT", "llama_server_tensor_split"),
     ("LLAMA_ARG_SOMETHING_NEW", "llama_server_extra_args"),
+    ("MTMD_BACKEND_DEVICE", "llama_server_mmproj_device"),
+    ("LLAMA_ARG_IMAGE_MAX_TOKENS", "llama_server_image_max_tokens"),
+    ("LLAMA_ARG_MMPROJ_OFFLOAD", "llama_server_mmproj_offload"),
 ])
 def test_guarded_env_is_named_with_the_fix(name, hint):
     (problem,) = serve_shadowed([], extra_env={name: "0"})

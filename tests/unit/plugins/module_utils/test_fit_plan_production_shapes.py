@@ -35,7 +35,8 @@ def _serve(v, shape):
             "cache_type_k": v["llama_server_cache_type_k"], "cache_type_v": v["llama_server_cache_type_v"],
             "flash_attn": True, "spec_type": s["spec_type"], "spec_draft_n_max": s["spec_draft_n_max"],
             "floor_bytes": s["floor_bytes"], "lean_layers": 0, "cache_ram_mib": s["cache_ram"],
-            "draft_device": v["llama_server_spec_draft_device"]}
+            "draft_device": v["llama_server_spec_draft_device"], "mmproj_device": s.get("mmproj_device"),
+            "image_max_tokens": v["llama_server_image_max_tokens"]}
 
 
 def _plan(shape):
@@ -59,6 +60,9 @@ def test_each_shape_is_planned_and_fits_as_pinned(shape):
     assert r["tensor_split"] == s["tensor_split"] and r["ctx_size"] == s["ctx_size"]
     assert r["ctx_per_slot"] == s["ctx_size"] // s["parallel"]
     assert r["cache_ram_mib"] == s["cache_ram"]
+    if s["vision"]:
+        # issue 34: the largest image b11434 admits by default (4096 tokens, 2048x2048) keeps the floor
+        assert r["mmproj"]["image_max_tokens"] == r["mmproj"]["largest_image_tokens"] == 4096, r["warnings"]
 
 
 def test_the_default_is_the_runbooks_final_deployed_state():

@@ -24,6 +24,12 @@ MTP_393216 = {"backend": "hip", "ctx_size": 393216, "parallel": 2, "batch_size":
               "spec_draft_n_max": 3, "mmproj_device": "ROCm0", "floor_bytes": 1 * GIB}
 
 
+# issue 34: the runbook measured its shapes at load. A 2048x2048 image (b11434's default limit, 4096 tokens) adds
+# ~0.48 GiB on the projector's ROCm0 at request time, out of the 1 GiB floor 35:30 kept at load; the tests about
+# something else (the lean, the cache-ram law) keep the runbook's margin above the image peak with this floor
+IMAGE_PEAK_FLOOR = GIB // 2
+
+
 def _plan(serve, drafter=None, mmproj=None, gpus=None, host=None):
     return plan(gpus or lib.r9700s(), MODEL, serve, drafter=drafter, mmproj=mmproj, host_ram_bytes=host)
 
@@ -40,7 +46,7 @@ def test_within_the_runbooks_own_accuracy(point):
     for card, used in enumerate(point["used_bytes"]):
         if used is None:
             continue
-        got = r["devices"][card]["total_bytes"]
+        got = r["devices"][card]["total_bytes"] - r["devices"][card]["mmproj_peak_bytes"]     # at load (issue 34)
         assert abs(got - used) <= 0.8 * GIB, "%s card %d: predicted %.2f GiB, rocm-smi %.2f GiB (%s)" % (
             point["id"], card, got / GIB, used / GIB, point["quote"])
 
@@ -58,13 +64,18 @@ def test_393216_mtp_balance_is_34_31():
     assert "34,31" in r["table"] and "<- chosen" in r["table"] and "GPU0 free" in r["table"]
 
 
-def test_393216_mtp_35_30_accepted_under_the_1_GiB_floor():
+def test_393216_mtp_35_30_held_the_1_GiB_floor_at_load_not_after_a_large_image():
     r = _plan(dict(MTP_393216, tensor_split=[35, 30]), mmproj=MMPROJ)
-    assert r["fits"] and not r["errors"]
-    f0, f1 = _free(r)
+    at_load = [d["free_bytes"] + d["mmproj_peak_bytes"] for d in r["devices"]]
     # measured after deploy: headroom 1.02 / 3.00 GiB; "35:30 failed card 0's floor only at the OLD 1.5 GiB bar"
-    assert 1.0 * GIB <= f0 < 1.5 * GIB
-    assert abs(f0 / GIB - 1.02) < 0.8 and abs(f1 / GIB - 3.00) < 0.8
+    assert 1.0 * GIB <= at_load[0] < 1.5 * GIB
+    assert abs(at_load[0] / GIB - 1.02) < 0.8 and abs(at_load[1] / GIB - 3.00) < 0.8
+    # issue 34: the first image and a 2048x2048 one take ROCm0 under the floor; the plan says so before the deploy
+    assert not r["fits"] and "ROCm0" in r["errors"][0]
+    assert r["devices"][0]["mmproj_peak_bytes"] > 0.4 * GIB and r["devices"][1]["mmproj_peak_bytes"] == 0
+    assert any("no image fits ROCm0" in w for w in r["warnings"]), r["warnings"]
+    ok = _plan(dict(MTP_393216, tensor_split=[35, 30], floor_bytes=IMAGE_PEAK_FLOOR), mmproj=MMPROJ)
+    assert ok["fits"] and ok["mmproj"]["largest_image_tokens"] == 4096
     old = _plan(dict(MTP_393216, tensor_split=[35, 30], floor_bytes=int(1.5 * GIB)), mmproj=MMPROJ)
     assert not old["fits"] and "ROCm0" in old["errors"][0]
 
@@ -107,13 +118,13 @@ def test_lean_toward_the_wide_link_is_explicit():
     gpus = [dict(g) for g in lib.r9700s()]
     gpus[0].update(narrowest_link_width=16, narrowest_link_gbps=252.0)
     gpus[1].update(narrowest_link_width=1, narrowest_link_gbps=15.75)
-    plain = _plan(dict(MTP_393216, tensor_split="auto"), mmproj=MMPROJ, gpus=gpus)
+    plain = _plan(dict(MTP_393216, tensor_split="auto", floor_bytes=IMAGE_PEAK_FLOOR), mmproj=MMPROJ, gpus=gpus)
     assert plain["tensor_split"] == [34, 31]
-    lean = _plan(dict(MTP_393216, tensor_split="auto", lean_layers=1), mmproj=MMPROJ, gpus=gpus)
+    lean = _plan(dict(MTP_393216, tensor_split="auto", floor_bytes=IMAGE_PEAK_FLOOR, lean_layers=1), mmproj=MMPROJ, gpus=gpus)
     assert lean["fits"] and lean["tensor_split"] == [35, 30]
     assert any("lean" in w and "ROCm1" in w and "x1" in w for w in lean["warnings"])
     # a second layer would cross the 1.0 GiB floor (36:29): the lean stops at 35:30 and says so
-    lean2 = _plan(dict(MTP_393216, tensor_split="auto", lean_layers=2), mmproj=MMPROJ, gpus=gpus)
+    lean2 = _plan(dict(MTP_393216, tensor_split="auto", floor_bytes=IMAGE_PEAK_FLOOR, lean_layers=2), mmproj=MMPROJ, gpus=gpus)
     assert lean2["tensor_split"] == [35, 30] and any("under the floor" in w for w in lean2["warnings"])
     # without link widths the lean is refused, not guessed
     nolink = _plan(dict(MTP_393216, tensor_split="auto", lean_layers=1), mmproj=MMPROJ)
@@ -129,7 +140,7 @@ def test_gpu_facts_output_is_accepted_as_is():
         {"name": None, "marketing_name": "AMD Radeon Graphics (Raphael)", "hidden": True, "gfx_target": "gfx1036",
          "vram_total_bytes": 512 * MIB, "vram_used_bytes": 0, "vram_reserved_bytes": 0, "integrated": True},
     ]}
-    serve = dict(MTP_393216, tensor_split="auto", lean_layers=1, mmproj_device="ROCm0")
+    serve = dict(MTP_393216, tensor_split="auto", floor_bytes=IMAGE_PEAK_FLOOR, lean_layers=1, mmproj_device="ROCm0")
     r = plan(facts, MODEL, serve, mmproj=MMPROJ)
     assert r["tensor_split"] == [35, 30] and [d["name"] for d in r["devices"]] == ["ROCm0", "ROCm1"]
     assert any("Raphael" in w for w in r["warnings"])
@@ -223,12 +234,14 @@ def test_cache_ram_8192_cannot_store_a_196608_slot_16384_can():
     assert law["slot_tokens"] == 196608
     assert abs(law["slot_state_bytes"] / GIB - 12.8) < 0.15
     assert not r8["fits"] and any("cache_ram_mib 8192 cannot store one full slot" in e for e in r8["errors"])
-    r16 = _plan(dict(MTP_393216, tensor_split=[35, 30], cache_ram_mib=16384), mmproj=MMPROJ, host=host)
+    r16 = _plan(dict(MTP_393216, tensor_split=[35, 30], cache_ram_mib=16384, floor_bytes=IMAGE_PEAK_FLOOR), mmproj=MMPROJ,
+                host=host)
     assert r16["fits"] and r16["cache_ram_mib"] == 16384
     # "~240k tokens" storable, "~3 GiB of budget spare"
     assert 235000 < 16384 * MIB // law["bytes_per_token"] < 250000
     assert 2.9 * GIB < 16384 * MIB - law["slot_state_bytes"] < 3.4 * GIB
-    auto = _plan(dict(MTP_393216, tensor_split=[35, 30], cache_ram_mib="auto"), mmproj=MMPROJ, host=host)
+    auto = _plan(dict(MTP_393216, tensor_split=[35, 30], cache_ram_mib="auto", floor_bytes=IMAGE_PEAK_FLOOR), mmproj=MMPROJ,
+                 host=host)
     assert auto["fits"] and auto["cache_ram_mib"] == 13 * 1024
     big = _plan(dict(MTP_393216, tensor_split=[35, 30], cache_ram_mib=32768), mmproj=MMPROJ, host=host)
     assert not big["fits"] and any("more than half the host RAM" in e and "30.00 GiB" in e for e in big["errors"])
@@ -274,7 +287,7 @@ def test_the_b650_board_from_gpu_facts_leans_off_the_x1_card():
     import os
     with open(os.path.join(lib.FIXTURES, "gpu", "b650.facts.json")) as fh:
         board = json.load(fh)
-    r = plan(board, MODEL, dict(MTP_393216, tensor_split="auto", lean_layers=1), mmproj=MMPROJ)
+    r = plan(board, MODEL, dict(MTP_393216, tensor_split="auto", floor_bytes=IMAGE_PEAK_FLOOR, lean_layers=1), mmproj=MMPROJ)
     assert r["fits"] and r["tensor_split"] == [35, 30]
     assert [d["name"] for d in r["devices"]] == ["ROCm0", "ROCm1"]
     assert any("x1" in w and "ROCm1" in w for w in r["warnings"])

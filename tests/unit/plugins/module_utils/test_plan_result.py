@@ -178,3 +178,42 @@ def test_the_load_mode_reaches_the_plan_and_says_how_the_host_holds_the_experts(
     assert lines[-2] == 'experts on the host: blocks 0-23 (llama_server_n_cpu_moe 24), 8.17 GiB %s (load mode %s)' % (
         memory, mode or 'auto')
     assert pr.inventory_names('serve.load_mode x') == 'llama_server_load_mode x'
+
+
+def test_the_image_options_reach_the_plan_from_the_settled_serve():
+    """issue 34: llama_server_mmproj_device / _mmproj_offload / _image_min_tokens / _image_max_tokens, settled, are
+    fit_plan's serve.mmproj_device / mmproj_offload / image_min_tokens / image_max_tokens, and the plan books the
+    projector where they say (its messages in the names the operator edits)."""
+    plain = pr.fit_serve(SETTLED)
+    assert plain['mmproj_offload'] is True and plain['image_max_tokens'] == 0 and 'mmproj_device' not in plain
+    settled = dict(SETTLED, backend='cuda', parallel=1, spec_type=[], ctx_size=65536, mmproj_device='CUDA1',
+                   mmproj_offload=True, image_min_tokens=0, image_max_tokens=8192)
+    serve = pr.fit_serve(settled)
+    assert (serve['mmproj_device'], serve['mmproj_offload'], serve['image_max_tokens']) == ('CUDA1', True, 8192)
+    cards = [{'name': 'CUDA0', 'vram_total_bytes': 80 * GIB}, {'name': 'CUDA1', 'vram_total_bytes': 80 * GIB}]
+    model, mmproj = lib.fixture('frank_medium'), lib.fixture('mmproj_bf16')
+    fit = plan(cards, model, serve, mmproj=mmproj)
+    assert fit['devices'][0]['mmproj_bytes'] == 0 and fit['devices'][1]['mmproj_bytes'] == fit['mmproj']['peak_bytes']
+    assert fit['mmproj']['image_max_tokens'] == 8192 and fit['mmproj']['device'] == 'CUDA1'
+    cpu = plan(cards, model, pr.fit_serve(dict(settled, mmproj_offload=False)), mmproj=mmproj)
+    assert all(d['mmproj_bytes'] == 0 for d in cpu['devices']) and cpu['host']['mmproj_bytes'] > mmproj['mmproj_bytes']
+    said = [pr.inventory_names(w) for w in cpu['warnings']]
+    assert any('llama_server_mmproj_offload false' in w and 'llama_server_mmproj_device CUDA1 is not used' not in w
+               for w in said), said
+    assert any('llama_server_mmproj_device CUDA1 is not used' in w for w in said), said
+    tight = plan(cards, model, pr.fit_serve(dict(settled, image_min_tokens=9000)), mmproj=mmproj)
+    assert any('llama_server_image_min_tokens 9000' in pr.inventory_names(e) for e in tight['errors'])
+
+
+def test_the_capacity_says_where_the_projector_is_and_its_peak():
+    """issue 34: the operator reads the projector's device, its load and peak, and the largest image that fits."""
+    settled = dict(SETTLED, backend='cuda', parallel=1, spec_type=[], ctx_size=65536, mmproj_device='CUDA1',
+                   image_max_tokens=1024)
+    cards = [{'name': 'CUDA0', 'vram_total_bytes': 80 * GIB}, {'name': 'CUDA1', 'vram_total_bytes': 80 * GIB}]
+    fit = plan(cards, lib.fixture('frank_medium'), pr.fit_serve(settled), mmproj=lib.fixture('mmproj_bf16'))
+    lines = pr.plan_result(fit, settled)['capacity']['lines']
+    (line,) = [x for x in lines if x.startswith('projector ')]
+    assert line.startswith('projector qwen3vl_merger on CUDA1: 0.9') and '1024 tokens (1024x1024 px)' in line
+    assert 'the largest that keeps the floor 1024 tokens' in line
+    bare = pr.plan_result(plan(cards, lib.fixture('frank_medium'), pr.fit_serve(settled)), settled)
+    assert not [x for x in bare['capacity']['lines'] if x.startswith('projector ')]

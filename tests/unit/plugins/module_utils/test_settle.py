@@ -278,3 +278,17 @@ def test_the_load_mode_is_a_serve_input_from_its_choices():
     assert messages(out) == [] and out['serve']['load_mode'] == 'none'
     out = run({'llama_server_load_mode': 'pinned'})
     assert any(m.startswith('llama_server_load_mode') and 'mmap+mlock' in m for m in messages(out)), messages(out)
+
+
+def test_the_image_options_are_serve_inputs_settled_to_their_types():
+    """issue 34: where the projector runs and the image-token limits are settled once and reach the plan's serve."""
+    out = run({'llama_server_mmproj_device': 'ROCm1', 'llama_server_mmproj_offload': 'yes',
+               'llama_server_image_min_tokens': '64', 'llama_server_image_max_tokens': 1024})
+    assert messages(out) == []
+    serve = out['serve']
+    assert (serve['mmproj_device'], serve['mmproj_offload'], serve['image_min_tokens'], serve['image_max_tokens']) == \
+        ('ROCm1', True, 64, 1024)
+    out = run({'llama_server_image_max_tokens': -1})
+    assert any(m.startswith('llama_server_image_max_tokens') for m in messages(out)), messages(out)
+    out = run({'llama_server_mmproj_offload': 'half'})
+    assert any("llama_server_mmproj_offload is 'half', not a boolean" in m for m in messages(out)), messages(out)

@@ -234,3 +234,16 @@ def test_the_load_mode_is_carried_as_a_setting(mode):
     """issue 38: llama_server_load_mode reaches the env file (and so --load-mode), auto unless set."""
     _, values, problems = rendered() if mode == 'auto' else rendered(llama_server_load_mode=mode)
     assert problems == [] and values['LOAD_MODE'] == mode
+
+
+def test_the_image_options_are_carried_as_settings():
+    """issue 34: the projector's device, offload and image-token limits reach the env file (and so the flags)."""
+    _, values, problems = rendered()
+    assert problems == []
+    assert (values['MMPROJ_DEVICE'], values['MMPROJ_OFFLOAD'], values['IMAGE_MIN_TOKENS'], values['IMAGE_MAX_TOKENS']) \
+        == ('', 'on', '0', '0')
+    _, values, problems = rendered(llama_server_mmproj_device='ROCm1', llama_server_mmproj_offload=False,
+                                   llama_server_image_min_tokens=64, llama_server_image_max_tokens=8192)
+    assert problems == []
+    assert (values['MMPROJ_DEVICE'], values['MMPROJ_OFFLOAD'], values['IMAGE_MIN_TOKENS'], values['IMAGE_MAX_TOKENS']) \
+        == ('ROCm1', 'off', '64', '8192')

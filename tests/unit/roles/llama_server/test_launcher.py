@@ -157,3 +157,29 @@ def test_a_load_mode_other_than_auto_becomes_its_flag(launcher, files, env, mode
     rc, argv, err = run(launcher, files, **env)
     assert rc == 0, err
     assert flag(argv, '--load-mode') == mode and argv.count('--load-mode') == (mode is not None)
+
+
+@pytest.mark.parametrize('env, want, absent', [
+    ({'VISION': 'on'}, [], ['--mmproj-device', '--no-mmproj-offload', '--image-min-tokens', '--image-max-tokens']),
+    ({'VISION': 'on', 'MMPROJ_DEVICE': 'ROCm1', 'MMPROJ_OFFLOAD': 'on', 'IMAGE_MIN_TOKENS': '0', 'IMAGE_MAX_TOKENS': '0'},
+     [('--mmproj-device', 'ROCm1')], ['--no-mmproj-offload', '--image-min-tokens', '--image-max-tokens']),
+    ({'VISION': 'on', 'MMPROJ_DEVICE': 'ROCm1', 'MMPROJ_OFFLOAD': 'off', 'IMAGE_MAX_TOKENS': '1024'},
+     [('--no-mmproj-offload', None), ('--image-max-tokens', '1024')], ['--mmproj-device', '--image-min-tokens']),
+    ({'VISION': 'on', 'IMAGE_MIN_TOKENS': '64', 'IMAGE_MAX_TOKENS': '8192'},
+     [('--image-min-tokens', '64'), ('--image-max-tokens', '8192')], ['--mmproj-device']),
+    ({'VISION': 'off', 'MMPROJ_DEVICE': 'ROCm1', 'MMPROJ_OFFLOAD': 'off', 'IMAGE_MAX_TOKENS': '1024'},
+     [('--no-mmproj', None)], ['--mmproj-device', '--no-mmproj-offload', '--image-max-tokens']),
+])
+def test_the_image_options_become_their_flags_with_vision_on(launcher, files, env, want, absent):
+    """issue 34: MMPROJ_DEVICE (set, offload on) is --mmproj-device, MMPROJ_OFFLOAD=off --no-mmproj-offload, the
+    image-token limits (when not 0) their flags; none of them without VISION=on."""
+    rc, argv, err = run(launcher, files, **env)
+    assert rc == 0, err
+    for name, value in want:
+        assert name in argv and (value is None or flag(argv, name) == value), argv
+    assert not [a for a in absent if a in argv], argv
+
+
+def test_a_bad_mmproj_offload_is_refused(launcher, files):
+    rc, _, err = run(launcher, files, VISION='on', MMPROJ_OFFLOAD='maybe')
+    assert rc != 0 and 'MMPROJ_OFFLOAD must be on or off' in err
