@@ -857,6 +857,7 @@ def matrix_cuda_moe():
             "-cmoe" if where.get("cpu_moe") else "") + ("-lm%s" % where["load_mode"] if where.get("load_mode") else "")
         out.append(_cuda_cfg(f"qwen3moe_r-c{ctx}-np1-ub{ub}-{kv}{tag}-{place[0]}", "qwen3moe_r", place, ctx=ctx,
                              ubatch=ub, cache_type_k=kv, cache_type_v=kv, long_prompt=MOE_LONG_PROMPT, **where))
+    return out
 
 
 # Issue 34: the 27B target beside a generated real-size qwen3vl_merger projector (gen_models "mmproj-qwen35" at scale
