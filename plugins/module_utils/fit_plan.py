@@ -1229,20 +1229,103 @@ def _layer_table(c, n_ctx_seq, n_stream, swa_n):
     return lt
 
 
+class DeviceTerms(object):
+    """One device's terms in one evaluation (_evaluate): what each component charges it, under the names of the
+    result's ``devices[]`` rows (``row()`` writes one), and what the later components read back -- which kinds of
+    block it holds, its widest FFN, its f16 K/V copy, the experts it runs, the drafter roles it plays."""
+
+    __slots__ = ("name", "index", "layers", "layer_first", "layer_last", "weights_bytes", "kv_bytes",
+                 "recurrent_bytes", "draft_bytes", "mmproj_bytes", "mmproj_peak_bytes", "compute_bytes",
+                 "overhead_bytes", "expert_weights_bytes", "expert_copy_bytes", "host_expert_bytes",
+                 "has_layers", "has_attn", "has_swa", "n_ff", "fa_kv_f16", "moe_used", "expert_copy_max",
+                 "draft_detail", "runs_drafter", "runs_mtp", "dflash2_head")
+
+    def __init__(self, gpu):
+        self.name, self.index = gpu["name"], gpu["index"]
+        self.layers = 0
+        self.layer_first = self.layer_last = None
+        self.weights_bytes = self.kv_bytes = self.recurrent_bytes = self.draft_bytes = 0
+        self.mmproj_bytes = self.mmproj_peak_bytes = self.compute_bytes = self.overhead_bytes = 0
+        self.expert_weights_bytes = self.expert_copy_bytes = self.host_expert_bytes = 0
+        self.has_layers = self.has_attn = self.has_swa = False
+        self.n_ff = self.fa_kv_f16 = self.moe_used = self.expert_copy_max = 0
+        # {weights_bytes, kv_bytes, compute_bytes} of the draft context here (draft-mtp or a drafter model)
+        self.draft_detail = None
+        self.runs_drafter = self.runs_mtp = self.dflash2_head = False
+
+    def detail(self):
+        """The draft context's share of draft_bytes on this device, made on first use."""
+        if self.draft_detail is None:
+            self.draft_detail = {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0}
+        return self.draft_detail
+
+    def row(self, gpu, out_dev):
+        """The result's ``devices[]`` entry: its keys, their order and values are fit_plan's interface."""
+        total = (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.draft_bytes + self.mmproj_bytes
+                 + self.compute_bytes + self.overhead_bytes)
+        free = gpu["vram_total_bytes"] - gpu["vram_reserved_bytes"] - total
+        row = {"name": self.name, "layers": self.layers, "weights_bytes": self.weights_bytes,
+               "kv_bytes": self.kv_bytes, "recurrent_bytes": self.recurrent_bytes, "draft_bytes": self.draft_bytes,
+               "mmproj_bytes": self.mmproj_bytes, "compute_bytes": self.compute_bytes,
+               "overhead_bytes": self.overhead_bytes,
+               # MoE: of weights_bytes, the routed experts held here; of compute_bytes, the reserve for experts copied
+               "expert_weights_bytes": self.expert_weights_bytes, "expert_copy_bytes": self.expert_copy_bytes,
+               # of mmproj_bytes, what only an image request adds (the load-time figure is mmproj_bytes minus this)
+               "mmproj_peak_bytes": self.mmproj_peak_bytes,
+               "index": self.index, "total_bytes": int(total), "free_bytes": int(free),
+               "vram_total_bytes": gpu["vram_total_bytes"], "vram_reserved_bytes": gpu["vram_reserved_bytes"],
+               "layer_range": [self.layer_first, self.layer_last] if self.layer_first is not None else None,
+               "holds_output": self.index == out_dev}
+        if gpu.get("host"):
+            row.update(host=gpu["host"], endpoint=gpu.get("endpoint"), rpc_backend=gpu.get("rpc_backend"))
+        if self.draft_detail is not None:
+            row["draft_detail"] = self.draft_detail
+        return row
+
+
+class _Shape(object):
+    """One evaluation's context shape and placement, shared by the components (_evaluate)."""
+
+    __slots__ = ("split", "n_seq", "n_ctx", "n_ctx_seq", "n_stream", "ub", "slots", "out_dev", "swa_n", "fa",
+                 "copies", "n_head", "q_width", "gate_width")
+
+    def __init__(self, c, split, n_ctx_req):
+        s, m = c.s, c.model
+        self.split = split
+        self.n_seq = s["parallel"]
+        self.n_ctx, self.n_ctx_seq = context_shape(n_ctx_req, self.n_seq, s["kv_unified"])
+        self.n_stream = _n_stream(s)
+        self.ub = min(self.n_ctx, s["ubatch_size"], s["batch_size"])
+        self.slots = assign_slots(c.n_layer_all, split, c.n_dev)
+        self.out_dev = self.slots[-1]
+        n_swa = int(m.get("sliding_window") or 0)
+        self.swa_n = swa_cells(self.n_ctx_seq, n_swa, self.n_seq, s["ubatch_size"], s["kv_unified"]) if n_swa else 0
+        self.fa = s["flash_attn"]
+        # experts on the CPU are tensor overrides: llama-context.cpp builds no pipeline copies then
+        self.copies = pipeline_copies(1 if c.cpu_moe_blocks else c.n_dev) if c.prof["pipeline_copies"] else 1
+        self.n_head = int(m.get("head_count") or 0)
+        self.q_width = self.n_head * int(m.get("key_length") or 0)
+        self.gate_width = self.q_width if m.get("architecture") in GATED_ATTN_ARCHS else 0
+
+
 def _fill_device(d, lt, lo, hi, rpc=False):
-    """Add blocks lo..hi-1 (the run of blocks one device holds) to its row."""
+    """Add blocks lo..hi-1 (the run of blocks one device holds) to its DeviceTerms."""
     sums = lt["sums"]
     n = sums["layers"][hi] - sums["layers"][lo]
     if not n:
         return
-    for k in ("layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "expert_bytes", "host_expert_bytes"):
-        d[k] += sums[k][hi] - sums[k][lo]
-    d["moe_used"] = max([d["moe_used"]] + lt["moe_used"][lo:hi])
-    d["expert_copy_max"] = max([d["expert_copy_max"]] + lt["copy_max"][lo:hi])
-    d["has_layers"] = True
-    d["has_attn"] = d["has_attn"] or sums["attn"][hi] > sums["attn"][lo]
-    d["has_swa"] = d["has_swa"] or sums["swa"][hi] > sums["swa"][lo]
-    d["n_ff"] = max([d["n_ff"]] + lt["n_ff"][lo:hi])
+    d.layers += n
+    d.weights_bytes += sums["weights_bytes"][hi] - sums["weights_bytes"][lo]
+    d.kv_bytes += sums["kv_bytes"][hi] - sums["kv_bytes"][lo]
+    d.recurrent_bytes += sums["recurrent_bytes"][hi] - sums["recurrent_bytes"][lo]
+    d.expert_weights_bytes += sums["expert_bytes"][hi] - sums["expert_bytes"][lo]
+    d.host_expert_bytes += sums["host_expert_bytes"][hi] - sums["host_expert_bytes"][lo]
+    d.moe_used = max([d.moe_used] + lt["moe_used"][lo:hi])
+    d.expert_copy_max = max([d.expert_copy_max] + lt["copy_max"][lo:hi])
+    d.has_layers = True
+    d.has_attn = d.has_attn or sums["attn"][hi] > sums["attn"][lo]
+    d.has_swa = d.has_swa or sums["swa"][hi] > sums["swa"][lo]
+    d.n_ff = max([d.n_ff] + lt["n_ff"][lo:hi])
     if rpc:
         # ggml-rpc caches get_alloc_size by the output tensor's shape and op params, not its sources
         # (ggml-rpc.cpp ggml_backend_rpc_buffer_type_get_alloc_size): every FA node on an RPC device is
@@ -1252,254 +1335,305 @@ def _fill_device(d, lt, lo, hi, rpc=False):
         att = lt["att"]
         i = _bisect_left(att, lo)
         if i < len(att) and att[i] < hi:
-            d["fa_kv_f16"] = lt["fa"][att[i]]
+            d.fa_kv_f16 = lt["fa"][att[i]]
     else:
-        d["fa_kv_f16"] = max([d["fa_kv_f16"]] + lt["fa"][lo:hi])
+        d.fa_kv_f16 = max([d.fa_kv_f16] + lt["fa"][lo:hi])
     real = lt["real"]
-    if d["layer_first"] is None:
-        d["layer_first"] = real[_bisect_left(real, lo)]
-    d["layer_last"] = real[_bisect_left(real, hi) - 1]
+    if d.layer_first is None:
+        d.layer_first = real[_bisect_left(real, lo)]
+    d.layer_last = real[_bisect_left(real, hi) - 1]
 
 
 def _evaluate(c, split, n_ctx_req):
-    """Per-device bytes for one split (list of shares) and one requested n_ctx."""
-    s, prof, m = c.s, c.prof, c.model
-    n_seq = s["parallel"]
-    n_ctx, n_ctx_seq = context_shape(n_ctx_req, n_seq, s["kv_unified"])
-    n_stream = _n_stream(s)
-    ub = min(n_ctx, s["ubatch_size"], s["batch_size"])
-    slots = assign_slots(c.n_layer_all, split, c.n_dev)
-    out_dev = slots[-1]
-    devs = []
-    for g in c.gpus:
-        devs.append({"name": g["name"], "index": g["index"], "layers": 0, "layer_first": None, "layer_last": None,
-                     "weights_bytes": 0, "kv_bytes": 0, "recurrent_bytes": 0, "draft_bytes": 0, "mmproj_bytes": 0,
-                     "compute_bytes": 0, "overhead_bytes": 0, "has_attn": False, "has_swa": False,
-                     "has_layers": False, "n_ff": 0, "fa_kv_f16": 0, "expert_bytes": 0, "host_expert_bytes": 0,
-                     "moe_used": 0, "expert_copy_max": 0, "expert_copy_bytes": 0, "mmproj_peak_bytes": 0})
-    n_swa = int(m.get("sliding_window") or 0)
-    swa_n = swa_cells(n_ctx_seq, n_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if n_swa else 0
-    lt = _layer_table(c, n_ctx_seq, n_stream, swa_n)
+    """Per-device bytes for one split (list of shares) and one requested n_ctx: each component charges the
+    devices (DeviceTerms) and the host in turn, the overhead last (it depends on what runs where)."""
+    sh = _Shape(c, split, n_ctx_req)
+    devs = [DeviceTerms(g) for g in c.gpus]
+    _target_layers(c, sh, devs)
+    _target_compute(c, sh, devs)
+    host = _target_host(c, sh)
+    host_experts = _experts_on_host(devs, host)
+    _draft_mtp(c, sh, devs, host)
+    host_draft = _model_drafter(c, sh, devs, host)
+    _mmproj_charge(c, devs, host)
+    _overhead(c, sh, devs)
+    rows = [d.row(g, sh.out_dev) for d, g in zip(devs, c.gpus)]
+    frees = [r["free_bytes"] for r in rows]
+    return {
+        "split": list(split), "slots": sh.slots, "n_ctx": sh.n_ctx, "n_ctx_seq": sh.n_ctx_seq, "devices": rows,
+        "gap_bytes": max(frees) - min(frees) if len(frees) > 1 else 0,
+        "min_free_bytes": min(frees),
+        "host_weights_bytes": int(c.model.get("token_embd_bytes") or 0) + host_draft + host_experts,
+        "host": dict(host, total_bytes=sum(host.values())),
+        "host_experts": _host_experts(c, host_experts),
+        "n_ubatch": sh.ub, "n_rs_seq": c.n_rs_seq,
+    }
+
+
+def _target_layers(c, sh, devs):
+    """The target's blocks, their weights, KV and recurrent state, on the devices the split gives them.
+
+    Layer -> device (src/llama-model.cpp load_tensors): the n_layer_all + 1 slots are cut by the cumulative
+    normalised split (assign_slots); the output layer is the last slot, its weights on that device. KV
+    (src/llama-kv-cache.cpp, llama-kv-cache-iswa.cpp) and recurrent state (src/llama-memory-recurrent.cpp) per
+    block as _layer_table sizes them; with --n-cpu-moe the block's routed experts are host weights
+    (_experts_on_host)."""
+    m = c.model
+    lt = _layer_table(c, sh.n_ctx_seq, sh.n_stream, sh.swa_n)
     lo = 0
     for d in devs:
         # the device's blocks: a run of slots (assign_slots hands them out in order); the output slot is not a block
-        hi = lo + slots.count(d["index"])
+        hi = lo + sh.slots.count(d.index)
         blk_hi = min(hi, c.n_layer_all)
         if blk_hi > lo:
-            _fill_device(d, lt, lo, blk_hi, _is_rpc(c.gpus[d["index"]]))
+            _fill_device(d, lt, lo, blk_hi, _is_rpc(c.gpus[d.index]))
         lo = hi
-    od = devs[out_dev]
-    od["weights_bytes"] += int(m.get("output_bytes") or 0)
-    od["has_layers"] = True
+    od = devs[sh.out_dev]
+    od.weights_bytes += int(m.get("output_bytes") or 0)
+    od.has_layers = True
 
-    # target compute (see _graph_compute): pipeline copies when the model spans more than one device
-    n_outputs_max = min(s["batch_size"], n_seq * (1 + (s["spec_draft_n_max"] if s["spec_type"] else 0)))
-    n_outputs = min(ub, max(n_outputs_max, n_seq))
-    n_head = int(m.get("head_count") or 0)
-    # experts on the CPU are tensor overrides: llama-context.cpp builds no pipeline copies then
-    copies = pipeline_copies(1 if c.cpu_moe_blocks else c.n_dev) if prof["pipeline_copies"] else 1
+
+def _target_compute(c, sh, devs):
+    """The target context's compute buffer on every device holding its layers (_graph_compute, PROFILES).
+
+    Pipeline copies when the model spans more than one device (llama-context.cpp, ggml-backend.cpp
+    GGML_SCHED_MAX_COPIES); the logits on the output device: n_outputs x n_vocab x 4 (llama-context.cpp
+    output_reserve, n_outputs_max = min(n_batch, n_seq_max x (1 + draft tokens))) plus the profile's
+    logits_ubatch_bytes; MoE experts copied over for a batched prompt (EXPERT_COPY_EMBD_BYTES); a block drafter's
+    extract layers keep their input alive to the graph's end (llama_set_embeddings_layer_inp, EXTRACT_EMBD_BYTES)."""
+    s, prof = c.s, c.prof
+    ub = sh.ub
+    n_outputs_max = min(s["batch_size"], sh.n_seq * (1 + (s["spec_draft_n_max"] if s["spec_type"] else 0)))
+    n_outputs = min(ub, max(n_outputs_max, sh.n_seq))
     extract_on = {}
     if c.drafter is not None and any(t in BLOCK_DRAFT_TYPES for t in c.model_draft):
         for il in (c.drafter.get("drafter") or {}).get("target_layers") or []:
             if 0 <= int(il) < c.n_layer:
-                extract_on[slots[int(il)]] = extract_on.get(slots[int(il)], 0) + 1
-    fa = s["flash_attn"]
-    gate_width = n_head * int(m.get("key_length") or 0) if m.get("architecture") in GATED_ATTN_ARCHS else 0
+                extract_on[sh.slots[int(il)]] = extract_on.get(sh.slots[int(il)], 0) + 1
     for d in devs:
-        if not d["has_layers"]:
+        if not d.has_layers:
             continue
-        comp = _graph_compute(prof, fa, ub, copies, c.n_embd, d["n_ff"] or c.n_ff, n_head,
-                              n_ctx_seq if d["has_attn"] else 0, swa_n if d["has_swa"] else 0,
-                              first=d["index"] == slots[0], gate_width=gate_width, fa_kv_f16=d["fa_kv_f16"],
-                              q_width=n_head * int(m.get("key_length") or 0), moe_used=d["moe_used"])
-        if d["expert_copy_max"]:
-            # the experts copied over for a batched prompt (measured beside the device's compute: see above)
-            d["expert_copy_bytes"] = int(d["expert_copy_max"] + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub)
-            comp += d["expert_copy_bytes"]
-        if d["index"] == out_dev:
+        comp = _graph_compute(prof, sh.fa, ub, sh.copies, c.n_embd, d.n_ff or c.n_ff, sh.n_head,
+                              sh.n_ctx_seq if d.has_attn else 0, sh.swa_n if d.has_swa else 0,
+                              first=d.index == sh.slots[0], gate_width=sh.gate_width, fa_kv_f16=d.fa_kv_f16,
+                              q_width=sh.q_width, moe_used=d.moe_used)
+        if d.expert_copy_max:
+            # the experts copied over for a batched prompt (measured beside the device's compute: EXPERT_COPY_EMBD_BYTES)
+            d.expert_copy_bytes = int(d.expert_copy_max + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub)
+            comp += d.expert_copy_bytes
+        if d.index == sh.out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
-        comp += EXTRACT_EMBD_BYTES * c.n_embd * ub * extract_on.get(d["index"], 0)
-        d["compute_bytes"] += int(comp)
+        comp += EXTRACT_EMBD_BYTES * c.n_embd * ub * extract_on.get(d.index, 0)
+        d.compute_bytes += int(comp)
+
+
+def _target_host(c, sh):
+    """The host's terms of the target: the token embedding (src/llama-model.cpp load_tensors keeps the input layer
+    on the host), the process's CPU compute buffer (_host_compute: the input embeddings, the split inputs, the
+    masks it builds) and one row of f32 logits per sequence (llama-context.cpp output_reserve(n_seq_max))."""
+    m, prof = c.model, c.prof
     kinds_all = set(L["kind"] for L in c.layers[:c.n_layer])
-    host = {"weights_bytes": int(m.get("token_embd_bytes") or 0), "draft_weights_bytes": 0,
-            "compute_bytes": int(_host_compute(prof, fa, ub, copies, c.n_embd,
-                                               (n_ctx_seq if "attention" in kinds_all else 0)
-                                               + (swa_n if "swa" in kinds_all else 0))),
+    return {"weights_bytes": int(m.get("token_embd_bytes") or 0), "draft_weights_bytes": 0,
+            "compute_bytes": int(_host_compute(prof, sh.fa, sh.ub, sh.copies, c.n_embd,
+                                               (sh.n_ctx_seq if "attention" in kinds_all else 0)
+                                               + (sh.swa_n if "swa" in kinds_all else 0))),
             # llama-context.cpp output_reserve(n_seq_max): one row of f32 logits per sequence, on the host
-            "output_bytes": 4 * n_seq * c.n_vocab,
+            "output_bytes": 4 * sh.n_seq * c.n_vocab,
             "draft_compute_bytes": 0, "draft_output_bytes": 0, "mmproj_bytes": 0}
-    # --n-cpu-moe / --cpu-moe: the offloaded experts are host weights (llama.cpp prints them in the CPU model buffer)
-    host_experts = sum(d["host_expert_bytes"] for d in devs)
+
+
+def _experts_on_host(devs, host):
+    """MoE experts kept on the host (--n-cpu-moe / --cpu-moe, common/arg.cpp tensor overrides): the routed expert
+    tensors of those blocks are host weights -- llama.cpp prints them in the CPU model buffer -- and their bytes
+    leave the devices (_layer_table). Returns the bytes moved."""
+    host_experts = sum(d.host_expert_bytes for d in devs)
     host["weights_bytes"] += host_experts
+    return host_experts
 
-    # draft-mtp: nextn weights + nextn KV (draft ctx sized from the target's n_ctx) + its compute, on the nextn device
-    detail = {}
-    drafter_devs, mtp_devs, dflash2_head = set(), set(), set()
-    if c.mtp and c.n_layer_all > c.n_layer:
-        for il in range(c.n_layer, c.n_layer_all):
-            L = c.layers[il]
-            d = devs[slots[il]]
-            kvb = _kv_row(L, s, draft=True) * n_ctx_seq * n_stream
-            d["draft_bytes"] += int(L["tensor_bytes"]) + kvb
-            dd = detail.setdefault(d["index"], {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})
-            dd["weights_bytes"] += int(L["tensor_bytes"])
-            dd["kv_bytes"] += kvb
-        d = devs[slots[c.n_layer_all - 1]]
-        mtp_devs.add(d["index"])
-        n_out_mtp = min(ub, n_seq)
-        # the MTP graph is one block on the nextn device, fed two split inputs per token (the target's hidden
-        # state and the token embedding), on the target model's devices: the target's pipeline copies.
-        # A profile may size that block apart from the target's layers (mtp_* keys: the cuda one does).
-        mprof = prof
-        if prof.get("mtp_act_embd_bytes") is not None:
-            mprof = dict(prof, act_embd_bytes=prof["mtp_act_embd_bytes"], act_ff_bytes=prof["mtp_act_ff_bytes"],
-                         split_embd_bytes=prof["mtp_split_embd_bytes"],
-                         fa_beside_embd_bytes=prof["mtp_fa_beside_embd_bytes"], fa_beside_q_bytes=0.0,
-                         fa_beside_gate_bytes=0.0)
-        nextn = c.layers[c.n_layer_all - 1]
-        mtp_fa = _fa_kv_f16(nextn, s, n_ctx_seq * n_stream, draft=True)
-        if _is_rpc(c.gpus[d["index"]]):
-            # ggml-rpc caches get_alloc_size by the output tensor's shape and op params, not its sources
-            # (ggml-rpc.cpp ggml_backend_rpc_buffer_type_get_alloc_size): the nextn FA node has the target's
-            # shape, so on an RPC device it is handed the target's FA size, f16 K/V copies included
-            mtp_fa = max(mtp_fa, d["fa_kv_f16"])
-        comp = (_graph_compute(mprof, fa, ub, copies, c.n_embd, c.n_ff, n_head, n_ctx_seq, 0, first=False, n_inputs=2,
-                               base_key="draft_compute_base_bytes", gate_width=gate_width, fa_kv_f16=mtp_fa,
-                               q_width=n_head * int(m.get("key_length") or 0))
-                + 4 * n_out_mtp * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab)
-        d["draft_bytes"] += int(comp)
-        host["draft_compute_bytes"] += int(prof["mtp_host_share"] * _host_compute(prof, fa, ub, copies, c.n_embd, 0)
-                                           + _host_mask(prof, fa, ub, copies, n_ctx_seq))
-        host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
-        detail.setdefault(d["index"], {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})["compute_bytes"] += int(comp)
 
-    # model drafter: its own layers, KV with ITS window rule, compute -- context sized from the target's n_ctx
-    host_draft = 0
-    if c.drafter is not None and c.model_draft:
-        dm = c.drafter
-        dslots = _draft_placement(c, split)
-        d_swa = int(dm.get("sliding_window") or 0)
-        d_swa_n = swa_cells(n_ctx_seq, d_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if d_swa else 0
-        d_embd = int(dm.get("embedding_length") or c.n_embd)
-        d_ff = int(dm.get("feed_forward_length") or c.n_ff)
-        touched = {}
-        d_fa = {}
-        for il, L in enumerate(dm["layers"]):
-            di = dslots[il]
-            dd = detail.setdefault(di, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})
-            dd["weights_bytes"] += int(L["tensor_bytes"])
-            kvb = 0
-            if L["kind"] == "attention":
-                kvb = _kv_row(L, s, draft=True) * n_ctx_seq * n_stream
-                touched.setdefault(di, set()).add("attn")
-            elif L["kind"] == "swa":
-                kvb = _kv_row(L, s, draft=True) * d_swa_n * n_stream
-                touched.setdefault(di, set()).add("swa")
-            touched.setdefault(di, set()).add("layer")
-            drafter_devs.add(di)
-            if L["kind"] in ("attention", "swa"):
-                # the widest f16 K/V copy a CUDA FA node of the drafter reserves (quantized draft KV types)
-                cells = (n_ctx_seq if L["kind"] == "attention" else d_swa_n) * n_stream
-                d_fa[di] = max(d_fa.get(di, 0), _fa_kv_f16(L, s, cells, draft=True))
-            dd["kv_bytes"] += kvb
-            devs[di]["draft_bytes"] += int(L["tensor_bytes"]) + kvb
-        od_i = dslots[-1]
-        devs[od_i]["draft_bytes"] += int(dm.get("output_bytes") or 0)
-        detail.setdefault(od_i, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})["weights_bytes"] += int(dm.get("output_bytes") or 0)
-        touched.setdefault(od_i, set()).add("out")
-        host_draft = int(dm.get("token_embd_bytes") or 0)
-        block = any(t in BLOCK_DRAFT_TYPES for t in c.model_draft)
-        per_seq = (s["spec_draft_n_max"] + 1) if block else 1
-        n_out_d = min(ub, n_seq * per_seq)
-        # --spec-draft-device pins the drafter to one device: no pipeline copies for its context
-        d_copies = pipeline_copies(1 if c.draft_dev is not None else c.n_dev) if prof["pipeline_copies"] else 1
-        d_head = int(dm.get("head_count") or n_head)
-        head_dev, end = None, 0
-        if block:
-            # the lm_head's device: the drafter's own head, else the target's output device (ctx_other)
-            head_dev = od_i if (dm.get("drafter") or {}).get("has_output") else out_dev
-            end = _block_draft_end(dm, ub, c.n_vocab, d_embd, d_copies)
-            touched.setdefault(head_dev, set()).add("head")
-            if _block_draft_kind(dm) == "dflash2":
-                dflash2_head.add(head_dev)
-            detail.setdefault(head_dev, {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0})
-        d_kinds = set()
-        for di, what in touched.items():
-            d_kinds |= what
-            at_end = end if di == head_dev else 0
-            if "layer" in what:
-                lprof = prof
-                if block:
-                    lprof = dict(prof, act_embd_bytes=prof["act_embd_bytes"]
-                                 + BLOCK_DRAFT_LAYER_EMBD[_block_draft_kind(dm)])
-                comp = _graph_compute(lprof, fa, ub, d_copies, d_embd, d_ff, d_head,
-                                      n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
-                                      first=di == dslots[0] and not block,
-                                      base_key="draft_block_base_bytes" if block else "draft_compute_base_bytes",
-                                      fa_kv_f16=d_fa.get(di, 0), q_width=d_head * int(dm.get("key_length") or 0),
-                                      end_bytes=at_end)
-            else:
-                # a device holding only the drafter's output head runs only the head: its logits (measured:
-                # tests/fixtures/llamacpp/b11434-cuda-h200/dense_g-c65536-np1-ub2048-f16-simple-split-ts31)
-                comp = at_end
-            if not block and ("out" in what or di == od_i):
-                comp += 4 * n_out_d * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
-            devs[di]["draft_bytes"] += int(comp)
-            detail[di]["compute_bytes"] += int(comp)
-        host["draft_weights_bytes"] += host_draft
-        host["draft_compute_bytes"] += int(_host_compute(prof, fa, ub, d_copies, d_embd,
-                                                         (n_ctx_seq if "attn" in d_kinds else 0)
-                                                         + (d_swa_n if "swa" in d_kinds else 0)))
-        host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
+def _draft_mtp(c, sh, devs, host):
+    """draft-mtp: nextn weights + nextn KV + the MTP graph's compute, on the nextn layer's device (the last one).
 
-    if c.mm is not None:
-        # the projector at the peak a request can reach (_mmproj_terms); of it, what only a request adds
-        mm_total = c.mm["weights_bytes"] + c.mm["reserve_bytes"] + c.mm["request_bytes"]
-        if c.mm["offload"]:
-            devs[c.mmproj_dev]["mmproj_bytes"] += mm_total
-            devs[c.mmproj_dev]["mmproj_peak_bytes"] += c.mm["request_bytes"]
+    common/speculative.cpp builds the draft context against the target with n_ctx = llama_n_ctx(ctx_tgt): the
+    nextn KV holds the target's whole window, in the draft KV types (common/common.h: --spec-draft-type-k/-v,
+    f16 unless given). The MTP graph is one block fed two split inputs per token (the target's hidden state and
+    the token embedding), on the target's devices: the target's pipeline copies. On an RPC device its FA node is
+    handed the target's size (ggml-rpc.cpp ggml_backend_rpc_buffer_type_get_alloc_size)."""
+    s, prof = c.s, c.prof
+    if not (c.mtp and c.n_layer_all > c.n_layer):
+        return
+    ub, fa = sh.ub, sh.fa
+    for il in range(c.n_layer, c.n_layer_all):
+        L = c.layers[il]
+        d = devs[sh.slots[il]]
+        kvb = _kv_row(L, s, draft=True) * sh.n_ctx_seq * sh.n_stream
+        d.draft_bytes += int(L["tensor_bytes"]) + kvb
+        dd = d.detail()
+        dd["weights_bytes"] += int(L["tensor_bytes"])
+        dd["kv_bytes"] += kvb
+    d = devs[sh.slots[c.n_layer_all - 1]]
+    d.runs_mtp = True
+    n_out_mtp = min(ub, sh.n_seq)
+    # the MTP graph is one block on the nextn device, fed two split inputs per token (the target's hidden
+    # state and the token embedding), on the target model's devices: the target's pipeline copies.
+    # A profile may size that block apart from the target's layers (mtp_* keys: the cuda one does).
+    mprof = prof
+    if prof.get("mtp_act_embd_bytes") is not None:
+        mprof = dict(prof, act_embd_bytes=prof["mtp_act_embd_bytes"], act_ff_bytes=prof["mtp_act_ff_bytes"],
+                     split_embd_bytes=prof["mtp_split_embd_bytes"],
+                     fa_beside_embd_bytes=prof["mtp_fa_beside_embd_bytes"], fa_beside_q_bytes=0.0,
+                     fa_beside_gate_bytes=0.0)
+    nextn = c.layers[c.n_layer_all - 1]
+    mtp_fa = _fa_kv_f16(nextn, s, sh.n_ctx_seq * sh.n_stream, draft=True)
+    if _is_rpc(c.gpus[d.index]):
+        # ggml-rpc caches get_alloc_size by the output tensor's shape and op params, not its sources
+        # (ggml-rpc.cpp ggml_backend_rpc_buffer_type_get_alloc_size): the nextn FA node has the target's
+        # shape, so on an RPC device it is handed the target's FA size, f16 K/V copies included
+        mtp_fa = max(mtp_fa, d.fa_kv_f16)
+    comp = (_graph_compute(mprof, fa, ub, sh.copies, c.n_embd, c.n_ff, sh.n_head, sh.n_ctx_seq, 0, first=False,
+                           n_inputs=2, base_key="draft_compute_base_bytes", gate_width=sh.gate_width,
+                           fa_kv_f16=mtp_fa, q_width=sh.q_width)
+            + 4 * n_out_mtp * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab)
+    d.draft_bytes += int(comp)
+    host["draft_compute_bytes"] += int(prof["mtp_host_share"] * _host_compute(prof, fa, ub, sh.copies, c.n_embd, 0)
+                                       + _host_mask(prof, fa, ub, sh.copies, sh.n_ctx_seq))
+    host["draft_output_bytes"] += 4 * sh.n_seq * c.n_vocab
+    d.detail()["compute_bytes"] += int(comp)
+
+
+def _model_drafter(c, sh, devs, host):
+    """A drafter model (draft-simple, draft-dflash, draft-dspark): its layers and KV (_drafter_layers), then its
+    compute on every device it touches, and its host terms.
+
+    A block drafter (src/models/dflash.cpp) sends every ubatch token through the lm_head -- its own head, else
+    the target's output device (ctx_other) -- so that device holds full-ubatch logits at the graph's end
+    (_block_draft_end, BLOCK_DRAFT_*); a draft-simple drafter pays n_outputs x n_vocab x 4 of logits on its
+    output device. --spec-draft-device pins the drafter to one device: no pipeline copies for its context
+    (llama-context.cpp). Returns the drafter's host weights (its token embedding)."""
+    s, prof = c.s, c.prof
+    if not (c.drafter is not None and c.model_draft):
+        return 0
+    dm = c.drafter
+    ub, fa, n_ctx_seq, n_seq = sh.ub, sh.fa, sh.n_ctx_seq, sh.n_seq
+    dslots = _draft_placement(c, sh.split)
+    d_swa = int(dm.get("sliding_window") or 0)
+    d_swa_n = swa_cells(n_ctx_seq, d_swa, n_seq, s["ubatch_size"], s["kv_unified"]) if d_swa else 0
+    touched, d_fa = _drafter_layers(c, sh, devs, dslots, d_swa_n)
+    od_i = dslots[-1]
+    d_embd = int(dm.get("embedding_length") or c.n_embd)
+    d_ff = int(dm.get("feed_forward_length") or c.n_ff)
+    host_draft = int(dm.get("token_embd_bytes") or 0)
+    block = any(t in BLOCK_DRAFT_TYPES for t in c.model_draft)
+    per_seq = (s["spec_draft_n_max"] + 1) if block else 1
+    n_out_d = min(ub, n_seq * per_seq)
+    # --spec-draft-device pins the drafter to one device: no pipeline copies for its context
+    d_copies = pipeline_copies(1 if c.draft_dev is not None else c.n_dev) if prof["pipeline_copies"] else 1
+    d_head = int(dm.get("head_count") or sh.n_head)
+    head_dev, end = None, 0
+    if block:
+        # the lm_head's device: the drafter's own head, else the target's output device (ctx_other)
+        head_dev = od_i if (dm.get("drafter") or {}).get("has_output") else sh.out_dev
+        end = _block_draft_end(dm, ub, c.n_vocab, d_embd, d_copies)
+        touched.setdefault(head_dev, set()).add("head")
+        if _block_draft_kind(dm) == "dflash2":
+            devs[head_dev].dflash2_head = True
+        devs[head_dev].detail()
+    d_kinds = set()
+    for di, what in touched.items():
+        d_kinds |= what
+        at_end = end if di == head_dev else 0
+        if "layer" in what:
+            lprof = prof
+            if block:
+                lprof = dict(prof, act_embd_bytes=prof["act_embd_bytes"]
+                             + BLOCK_DRAFT_LAYER_EMBD[_block_draft_kind(dm)])
+            comp = _graph_compute(lprof, fa, ub, d_copies, d_embd, d_ff, d_head,
+                                  n_ctx_seq if "attn" in what else 0, d_swa_n if "swa" in what else 0,
+                                  first=di == dslots[0] and not block,
+                                  base_key="draft_block_base_bytes" if block else "draft_compute_base_bytes",
+                                  fa_kv_f16=d_fa.get(di, 0), q_width=d_head * int(dm.get("key_length") or 0),
+                                  end_bytes=at_end)
         else:
-            host["mmproj_bytes"] = mm_total
+            # a device holding only the drafter's output head runs only the head: its logits (measured:
+            # tests/fixtures/llamacpp/b11434-cuda-h200/dense_g-c65536-np1-ub2048-f16-simple-split-ts31)
+            comp = at_end
+        if not block and ("out" in what or di == od_i):
+            comp += 4 * n_out_d * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
+        devs[di].draft_bytes += int(comp)
+        devs[di].detail()["compute_bytes"] += int(comp)
+    host["draft_weights_bytes"] += host_draft
+    host["draft_compute_bytes"] += int(_host_compute(prof, fa, ub, d_copies, d_embd,
+                                                     (n_ctx_seq if "attn" in d_kinds else 0)
+                                                     + (d_swa_n if "swa" in d_kinds else 0)))
+    host["draft_output_bytes"] += 4 * n_seq * c.n_vocab
+    return host_draft
 
-    rows = []
+
+def _drafter_layers(c, sh, devs, dslots, d_swa_n):
+    """A drafter model's layers, their KV and its output head on the devices dslots gives them (_draft_placement).
+
+    common/speculative.cpp sizes the draft context from the target's n_ctx (llama_n_ctx(ctx_tgt)), no flag caps
+    it: a drafter without a sliding window caches the whole window; a sliding-window drafter holds
+    llama-kv-cache-iswa.cpp's swa_cells. The draft KV types are --spec-draft-type-k/-v (common/common.h). Returns
+    ({device: the kinds it runs: layer, attn, swa, out}, {device: the widest f16 K/V copy of a CUDA FA node})."""
+    s, dm = c.s, c.drafter
+    touched, d_fa = {}, {}
+    for il, L in enumerate(dm["layers"]):
+        di = dslots[il]
+        dd = devs[di].detail()
+        dd["weights_bytes"] += int(L["tensor_bytes"])
+        kvb = 0
+        if L["kind"] == "attention":
+            kvb = _kv_row(L, s, draft=True) * sh.n_ctx_seq * sh.n_stream
+            touched.setdefault(di, set()).add("attn")
+        elif L["kind"] == "swa":
+            kvb = _kv_row(L, s, draft=True) * d_swa_n * sh.n_stream
+            touched.setdefault(di, set()).add("swa")
+        touched.setdefault(di, set()).add("layer")
+        devs[di].runs_drafter = True
+        if L["kind"] in ("attention", "swa"):
+            # the widest f16 K/V copy a CUDA FA node of the drafter reserves (quantized draft KV types)
+            cells = (sh.n_ctx_seq if L["kind"] == "attention" else d_swa_n) * sh.n_stream
+            d_fa[di] = max(d_fa.get(di, 0), _fa_kv_f16(L, s, cells, draft=True))
+        dd["kv_bytes"] += kvb
+        devs[di].draft_bytes += int(L["tensor_bytes"]) + kvb
+    od_i = dslots[-1]
+    devs[od_i].draft_bytes += int(dm.get("output_bytes") or 0)
+    devs[od_i].detail()["weights_bytes"] += int(dm.get("output_bytes") or 0)
+    touched.setdefault(od_i, set()).add("out")
+    return touched, d_fa
+
+
+def _mmproj_charge(c, devs, host):
+    """The projector (tools/mtmd clip) at the peak a request can reach (_mmproj_terms): weights + the warm-up
+    reserve + what the largest admitted image adds, on its device (--mmproj-device, the first device by default,
+    common/arg.cpp), or in host memory with --no-mmproj-offload; of it, mmproj_peak_bytes is what only a request
+    adds."""
+    if c.mm is None:
+        return
+    mm_total = c.mm["weights_bytes"] + c.mm["reserve_bytes"] + c.mm["request_bytes"]
+    if c.mm["offload"]:
+        devs[c.mmproj_dev].mmproj_bytes += mm_total
+        devs[c.mmproj_dev].mmproj_peak_bytes += c.mm["request_bytes"]
+    else:
+        host["mmproj_bytes"] = mm_total
+
+
+def _overhead(c, sh, devs):
+    """Runtime memory beyond the buffers llama.cpp prints, on every device the process uses: the profile's
+    device_overhead_bytes (a ggml-rpc-server's own, RPC_SERVER_OVERHEAD_BYTES, on an RPC worker), plus the
+    profile's extra on a device running a drafter model's layers, an MTP head, a DFlash2 head, or MoE experts
+    (rocBLAS/cuBLAS pool growth after mul_mat_id; moe_overhead_nofa_bytes without flash attention)."""
+    prof = c.prof
     for d, g in zip(devs, c.gpus):
         base = RPC_SERVER_OVERHEAD_BYTES[g["rpc_backend"]] if g.get("rpc_backend") in RPC_SERVER_OVERHEAD_BYTES \
             else prof["device_overhead_bytes"]
-        d["overhead_bytes"] = int(base
-                                  + (prof.get("draft_overhead_bytes", 0) if d["index"] in drafter_devs else 0)
-                                  + (prof.get("mtp_overhead_bytes", 0) if d["index"] in mtp_devs else 0)
-                                  + (prof.get("dflash2_head_overhead_bytes", 0) if d["index"] in dflash2_head else 0)
-                                  + (prof.get("moe_overhead_bytes" if fa else "moe_overhead_nofa_bytes", 0)
-                                     if d["moe_used"] else 0))
-        total = (d["weights_bytes"] + d["kv_bytes"] + d["recurrent_bytes"] + d["draft_bytes"] + d["mmproj_bytes"]
-                 + d["compute_bytes"] + d["overhead_bytes"])
-        free = g["vram_total_bytes"] - g["vram_reserved_bytes"] - total
-        keys = ("name", "layers", "weights_bytes", "kv_bytes", "recurrent_bytes", "draft_bytes", "mmproj_bytes",
-                "compute_bytes", "overhead_bytes")
-        row = dict((k, d[k]) for k in keys)
-        # MoE: of weights_bytes, the routed experts held here; of compute_bytes, the reserve for experts copied over
-        row.update(expert_weights_bytes=d["expert_bytes"], expert_copy_bytes=d["expert_copy_bytes"])
-        # of mmproj_bytes, what only an image request adds (the load-time figure is mmproj_bytes minus this)
-        row["mmproj_peak_bytes"] = d["mmproj_peak_bytes"]
-        row.update({"index": d["index"], "total_bytes": int(total), "free_bytes": int(free),
-                    "vram_total_bytes": g["vram_total_bytes"], "vram_reserved_bytes": g["vram_reserved_bytes"],
-                    "layer_range": [d["layer_first"], d["layer_last"]] if d["layer_first"] is not None else None,
-                    "holds_output": d["index"] == out_dev})
-        if g.get("host"):
-            row.update(host=g["host"], endpoint=g.get("endpoint"), rpc_backend=g.get("rpc_backend"))
-        if d["index"] in detail:
-            row["draft_detail"] = detail[d["index"]]
-        rows.append(row)
-    frees = [r["free_bytes"] for r in rows]
-    return {
-        "split": list(split), "slots": slots, "n_ctx": n_ctx, "n_ctx_seq": n_ctx_seq, "devices": rows,
-        "gap_bytes": max(frees) - min(frees) if len(frees) > 1 else 0,
-        "min_free_bytes": min(frees),
-        "host_weights_bytes": int(m.get("token_embd_bytes") or 0) + host_draft + host_experts,
-        "host": dict(host, total_bytes=sum(host.values())),
-        "host_experts": _host_experts(c, host_experts),
-        "n_ubatch": ub, "n_rs_seq": c.n_rs_seq,
-    }
+        d.overhead_bytes = int(base
+                               + (prof.get("draft_overhead_bytes", 0) if d.runs_drafter else 0)
+                               + (prof.get("mtp_overhead_bytes", 0) if d.runs_mtp else 0)
+                               + (prof.get("dflash2_head_overhead_bytes", 0) if d.dflash2_head else 0)
+                               + (prof.get("moe_overhead_bytes" if sh.fa else "moe_overhead_nofa_bytes", 0)
+                                  if d.moe_used else 0))
 
 
 def _host_experts(c, nbytes):

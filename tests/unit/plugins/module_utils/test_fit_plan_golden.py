@@ -42,6 +42,13 @@ def test_the_plan_is_the_recorded_one_byte_for_byte(case_id):
     assert json.dumps(got) == json.dumps(RECORD["results"][case_id])
 
 
+def test_the_device_record_names_its_terms_as_the_result_does():
+    """DeviceTerms holds each device's byte terms under the result's own names (issue 32: a typed record)."""
+    terms = set(k for r in RECORD["results"].values() for d in r["devices"] for k in d if k.endswith("_bytes"))
+    terms -= {"total_bytes", "free_bytes", "vram_total_bytes", "vram_reserved_bytes"}
+    assert terms and terms <= set(fit_plan.DeviceTerms.__slots__)
+
+
 def test_a_figure_one_byte_off_is_seen(monkeypatch):
     """The comparison can fail: one byte more of a device's overhead is a different plan."""
     monkeypatch.setitem(fit_plan.PROFILES["cuda"], "device_overhead_bytes",
