@@ -41,6 +41,11 @@ INERT_UNLESS = (
     ("llama_cpp_build_archive_", "llama_cpp_build_source_type", ("archive",)),
     ("llama_cpp_build_git_", "llama_cpp_build_source_type", ("git",)),
 )
+# Settings a host does not use once another is set: (prefix, the variable whose non-empty value makes them inert).
+# An adopted tree bundles its own toolchain (llama_cpp_build_adopt_from): nothing is built, no tarball is read.
+INERT_WHEN_SET = (
+    ("llama_cpp_build_toolchain_", "llama_cpp_build_adopt_from"),
+)
 
 # The dankfleet_* names an inventory may set beyond the fleet-wide settings of roles/dankfleet (whose argument
 # spec types those), and the results the collection publishes under that prefix: a type, or the option whose
@@ -551,9 +556,13 @@ def checklist_lines(items):
 
 
 def inert(name, values):
-    """name is a setting this host does not use (INERT_UNLESS), judged where the deciding variable is known."""
+    """name is a setting this host does not use (INERT_UNLESS, INERT_WHEN_SET), judged where the deciding variable is
+    known."""
     for prefix, decider, used in INERT_UNLESS:
         if name.startswith(prefix) and decider in values and values[decider] not in used:
+            return True
+    for prefix, decider in INERT_WHEN_SET:
+        if name.startswith(prefix) and isinstance(values.get(decider), str) and values[decider].strip():
             return True
     return False
 
