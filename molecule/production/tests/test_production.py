@@ -305,7 +305,7 @@ STANDIN = ("runuser -u dank -- env XDG_RUNTIME_DIR=/run/user/1000 systemctl --us
 def test_stage_leaves_radiance_serving_and_switch_swaps_it(host, tmp_path):
     """Issue 36: the README's two halves, from radiance-like units and no gated record (a state dir of its own)."""
     retire = checks.retire_playbook(tmp_path / "retire.yml", "Replace frank-medium by radiance TP=2",
-                                    "frank-medium-layer-split", PORT, trash_dir="/home/dank/.AGENTTRASH")
+                                    "frank-medium-day-one", PORT, trash_dir="/home/dank/.AGENTTRASH")
     run = playbook("-i", inventory(), str(retire))
     assert run.returncode == 0, run.stdout[-4000:]
     restore = [c for c in readme_commands() if "runtime_restore.yml" in c][0]
@@ -324,10 +324,12 @@ def test_stage_leaves_radiance_serving_and_switch_swaps_it(host, tmp_path):
 
     standin = host.run(STANDIN).stdout.split()
     assert standin[0] == "active", standin
-    host.run("rm -f /root/standin.poll; nohup bash -c 'while sleep 0.2; do curl -s -o /dev/null -w \"%%{http_code}\\n\" "
-             "http://127.0.0.1:%s/health >> /root/standin.poll; done' >/dev/null 2>&1 & echo $! > /root/standin.pid", PORT)
+    # :7770 polled every 0.2 s for the whole stage, by a transient unit of the container's systemd
+    poll = host.run("rm -f /root/standin.poll; systemd-run --unit=standin-poll bash -c 'while sleep 0.2; do curl -s -o "
+                    "/dev/null -w \"%%{http_code}\\n\" http://127.0.0.1:%s/health >> /root/standin.poll; done'", PORT)
+    assert poll.rc == 0, poll.stderr
     run = run_readme(stage + day_one)
-    polled = host.run("kill $(cat /root/standin.pid); cat /root/standin.poll").stdout.split()
+    polled = host.run("systemctl stop standin-poll.service; cat /root/standin.poll").stdout.split()
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     said = " ".join(run.stdout.split())
     assert "staged: frank-medium recorded in /var/lib/frank-medium-day-one/staged.json" in said, run.stdout[-3000:]
