@@ -223,6 +223,19 @@ def check(path, service, release_link, manifest, paths, files):
                 "" if pending else "; switched already at %s - a second switch restarts nothing" % record["switched_at"])}
 
 
+def read(path):
+    """The record as it is, without comparing it with the host (the rollback's decision: a pending staged shape is
+    what the switch starts, even beside a snapshot). Returns {changed, record ({} when none), pending, msg}; a record
+    of the wrong shape is a StagedError."""
+    record = read_record(path)
+    if record is None:
+        return {"changed": False, "record": {}, "pending": False, "msg": "no staged record at %s" % path}
+    pending = "switched_at" not in record
+    return {"changed": False, "record": record, "pending": pending,
+            "msg": "staged %s, %s" % (record["staged_at"], "not switched to yet" if pending else
+                                      "switched at %s" % record["switched_at"])}
+
+
 def mark_switched(path, started=None, check_mode=False, clock=utcnow):
     """After a passing gate: the record marked switched (once; changed False when there is no record or it is
     marked already). Returns {changed, record, msg}."""

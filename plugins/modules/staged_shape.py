@@ -37,8 +37,9 @@ options:
       - V(staged) - record what is staged on the host now (refused when a part is missing).
       - V(checked) - read the record back and refuse when there is none or the host does not match it (read-only).
       - V(switched) - mark the record switched (nothing to do when there is none or it is marked already).
+      - V(read) - the record as it is, compared with nothing (RV(pending) says whether the switch has yet to start it).
     type: str
-    choices: [staged, checked, switched]
+    choices: [staged, checked, switched, read]
     required: true
   service:
     description: The serve unit's name (C(llama_server_service_name)). Required for V(staged) and V(checked).
@@ -106,8 +107,8 @@ record:
   returned: always
   type: dict
 pending:
-  description: V(checked) - the staged shape is not switched to yet (the switch restarts the unit onto it).
-  returned: when state is checked
+  description: V(checked), V(read) - the staged shape is not switched to yet (the switch restarts the unit onto it).
+  returned: when state is checked or read
   type: bool
 missing:
   description: V(staged) in check mode - what the stage has not made yet (the build and fetch do not run in check mode).
@@ -132,7 +133,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            state=dict(type="str", required=True, choices=["staged", "checked", "switched"]),
+            state=dict(type="str", required=True, choices=["staged", "checked", "switched", "read"]),
             service=dict(type="str"),
             release_link=dict(type="path"),
             manifest=dict(type="list", elements="dict", default=[]),
@@ -147,6 +148,8 @@ def main():
     try:
         if p["state"] == "switched":
             module.exit_json(**ss.mark_switched(p["path"], p["started"], module.check_mode))
+        if p["state"] == "read":
+            module.exit_json(**ss.read(p["path"]))
         args = (p["path"], p["service"], p["release_link"], p["manifest"], p["paths"], p["files"])
         if p["state"] == "staged":
             module.exit_json(**ss.stage(*args, started=p["started"], check_mode=module.check_mode))

@@ -134,6 +134,18 @@ def test_the_switch_is_marked_once_and_says_how_long_each_half_took(staged):
     assert ss.stage(*args(staged))["changed"] is False
 
 
+def test_read_says_whether_a_staged_shape_waits_for_the_switch(staged):
+    assert ss.read(staged["path"] + ".none") == {"changed": False, "record": {}, "pending": False,
+                                                 "msg": "no staged record at %s.none" % staged["path"]}
+    assert ss.read(staged["path"])["pending"] is True
+    ss.mark_switched(staged["path"])
+    assert ss.read(staged["path"])["pending"] is False
+    with open(staged["path"], "w") as f:
+        f.write("[]")
+    with pytest.raises(ss.StagedError):
+        ss.read(staged["path"])
+
+
 def test_check_mode_marks_nothing(staged):
     before = open(staged["path"]).read()
     assert ss.mark_switched(staged["path"], check_mode=True)["changed"]

@@ -214,6 +214,7 @@ def c_staged_shape(tmp_path, capsys):
     yield run_module(capsys, staged_shape.main, check_mode=True, state="staged", **args)
     yield run_module(capsys, staged_shape.main, state="staged", **args)
     yield run_module(capsys, staged_shape.main, state="checked", **args)
+    yield run_module(capsys, staged_shape.main, state="read", path=args["path"])
     yield run_module(capsys, staged_shape.main, state="switched", path=args["path"])
 
 
