@@ -86,3 +86,16 @@ def test_the_stage_holds_the_restart_handler_and_the_switch_restarts_onto_the_st
                 if t.get("ansible.builtin.import_role", {}).get("tasks_from") == "start"]
     assert start["vars"] == {"llama_server_restart_staged": "{{ __dankfleet_staged.pending | default(false) }}"}
     assert play["vars"]["_dankfleet_stage_only"] == "{{ 'stage' in ansible_run_tags and 'switch' not in ansible_run_tags }}"
+
+
+def test_the_staged_restart_reads_the_gate_pending_mark_the_held_handler_left():
+    """The switch restarts an active unit onto staged files only when the stage changed them (gate-pending); each
+    condition is an expression (unquoted, YAML once read this one as a mapping, which is always true)."""
+    with open(os.path.join(REPO, "roles", "llama_server", "tasks", "service.yml")) as f:
+        tasks = dict((t["name"], t) for t in yaml.safe_load(f))
+    when = tasks["Restart onto the staged shape (rendered by the stage half, never gated)"]["when"]
+    assert all(isinstance(w, str) for w in when), when
+    assert "llama_server_restart_staged | bool" in when and any("_llama_server_gate_pending" in w for w in when)
+    with open(os.path.join(REPO, "roles", "llama_server", "handlers", "main.yml")) as f:
+        marks = [h for h in yaml.safe_load(f) if h["name"] == "Mark the gate pending"]
+    assert marks and "when" not in marks[0]  # the stage's held restart still leaves the mark
