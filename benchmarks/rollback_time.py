@@ -8,12 +8,15 @@ preflight re-run, retire, start, gate, verify, report), when the endpoint was ve
 dark (no ``200`` from ``/health``: from the predecessor's last answer to the new shape's first).
 
 Run it against an already-staged lab (the lab container from ``make lab``; any predecessor serving the port -
-the lab's own earlier shape, or a stand-in - keeps serving while you stage):
+the lab's own earlier shape, or a stand-in - keeps serving while you stage). The staged shape must differ from what
+serves (a stage of the very shape that runs changes no file, and its switch restarts nothing: nothing to time), so
+stage the lab with a changed value and hand the switch the same one:
 
-    make lab                                   # once: the lab container, the image, the models
-    make lab-deploy LAB_ARGS='--tags stage'    # the stage half: builds/fetches/renders/records, restarts nothing
-    .venv/bin/python benchmarks/rollback_time.py [--inventory inventory/lab] [--playbook deploy-frank-medium.yml]
-        [--container dankfleet-lab] [--port 18470] [--state-dir /var/lib/frank-medium] [--json OUT]
+    make lab                                   # once: the lab container, the image, the models, a gated shape
+    make lab-deploy LAB_ARGS='--tags stage -e llama_server_ctx_size=4096'   # the stage half: restarts nothing
+    .venv/bin/python benchmarks/rollback_time.py -e llama_server_ctx_size=4096 [--inventory inventory/lab]
+        [--playbook deploy-frank-medium.yml] [--container dankfleet-lab] [--port 18470]
+        [--state-dir /var/lib/frank-medium] [--json OUT]
 
 Against the production rehearsal's container (molecule/production, after its converge) the same works with
 ``--inventory inventory/rehearsal --container dankserver --port 7770 --playbook rollback-frank-medium.yml``.
@@ -142,6 +145,7 @@ def main(argv=None):
     ap.add_argument("--address", default="127.0.0.1")
     ap.add_argument("--state-dir", default="/var/lib/frank-medium")
     ap.add_argument("--json", default="", help="also write the figures to this file")
+    ap.add_argument("-e", "--extra-vars", action="append", default=[], help="handed to the switch (as to the stage)")
     args = ap.parse_args(argv)
     host = args.host or args.container
 
@@ -161,7 +165,7 @@ def main(argv=None):
     time.sleep(1.0)  # what serves the port before the command
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
     command = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", args.inventory, args.playbook,
-               "--tags", "switch"]
+               "--tags", "switch"] + [a for value in args.extra_vars for a in ("-e", value)]
     started = time.time()
     run = subprocess.run(["bash", "-c", 'source tests/lab/podman-env.sh && exec "$@"', "switch"] + command,
                          cwd=REPO, env=env, capture_output=True, text=True)
