@@ -41,6 +41,11 @@ INERT_UNLESS = (
     ("llama_cpp_build_archive_", "llama_cpp_build_source_type", ("archive",)),
     ("llama_cpp_build_git_", "llama_cpp_build_source_type", ("git",)),
 )
+# Settings a host does not use once another is set: (prefix, the variable whose non-empty value makes them inert).
+# An adopted tree bundles its own toolchain (llama_cpp_build_adopt_from): nothing is built, no tarball is read.
+INERT_WHEN_SET = (
+    ("llama_cpp_build_toolchain_", "llama_cpp_build_adopt_from"),
+)
 
 # The dankfleet_* names an inventory may set beyond the fleet-wide settings of roles/dankfleet (whose argument
 # spec types those), and the results the collection publishes under that prefix: a type, or the option whose
@@ -493,30 +498,34 @@ def check_type(name, value, spec):
 # --- placeholders ---------------------------------------------------------------------------------------------
 
 def placeholders(values, derived=()):
-    """Every FILL- placeholder in {variable: value}, one entry each: {variable, where, value}; a manifest entry's
+    """Every FILL- placeholder in {variable: value}, one entry each: {variable, where, value}, and url when it is
+    inside a payload entry (manifest-shaped: url, size, sha256 - payload adoption matches it by that); a manifest entry's
     size 0 too (the Hub's size is not filled in). Sorted by variable, then where. A placeholder of a variable
     in derived (its inventory value is a template of another) is left out where a variable written out holds
     the same one: the operator edits that one."""
     found = []
 
-    def walk(variable, where, value):
-        if isinstance(value, dict) and value.get("size") in (0, "0") and "sha256" in value and "url" in value:
-            # a payload entry (gguf_fetch_manifest's shape) whose Hub size is not filled in yet
-            found.append({"variable": variable, "where": "%s.size" % where if where else "size",
-                          "value": "0 (the file's size on the Hub)"})
+    def walk(variable, where, value, url=None):
+        payload = isinstance(value, dict) and "sha256" in value and "url" in value
+        if payload and isinstance(value["url"], str):
+            url = value["url"]  # a payload entry (gguf_fetch_manifest's shape): its items name it, for adoption
+        if payload and value.get("size") in (0, "0"):
+            # a payload entry whose Hub size is not filled in yet
+            found.append(dict({"variable": variable, "where": "%s.size" % where if where else "size",
+                               "value": "0 (the file's size on the Hub)"}, **({"url": url} if url else {})))
         if isinstance(value, dict):
             for key in sorted(value, key=str):
                 label = tr.printable(key, limit=80)
-                walk(variable, "%s.%s" % (where, label) if where else label, value[key])
+                walk(variable, "%s.%s" % (where, label) if where else label, value[key], url)
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
                 label = next((x for x in (item.get("role"), item.get("name")) if isinstance(x, str) and x), i) \
                     if isinstance(item, dict) else i
                 label = "[%s]" % tr.printable(label, limit=80)
-                walk(variable, where + label, item)
+                walk(variable, where + label, item, url)
         elif isinstance(value, str):
             for hit in sorted(set(PLACEHOLDER.findall(value))):
-                found.append({"variable": variable, "where": where, "value": hit})
+                found.append(dict({"variable": variable, "where": where, "value": hit}, **({"url": url} if url else {})))
 
     for variable in sorted(values):
         walk(variable, "", values[variable])
@@ -551,9 +560,13 @@ def checklist_lines(items):
 
 
 def inert(name, values):
-    """name is a setting this host does not use (INERT_UNLESS), judged where the deciding variable is known."""
+    """name is a setting this host does not use (INERT_UNLESS, INERT_WHEN_SET), judged where the deciding variable is
+    known."""
     for prefix, decider, used in INERT_UNLESS:
         if name.startswith(prefix) and decider in values and values[decider] not in used:
+            return True
+    for prefix, decider in INERT_WHEN_SET:
+        if name.startswith(prefix) and isinstance(values.get(decider), str) and values[decider].strip():
             return True
     return False
 

@@ -110,7 +110,10 @@ checklist:
   type: list
   elements: str
 placeholders:
-  description: Every placeholder, one entry each (C(variable), C(where), C(value)).
+  description:
+    - Every placeholder, one entry each (C(variable), C(where), C(value)).
+    - C(url) too for one inside a payload entry (a manifest-shaped value with C(url), C(size), C(sha256)) - the entry's
+      url, by which the checklist matches it to a proposal of C(dankfleet.llm.payload_adopt_info).
   returned: always
   type: list
   elements: dict

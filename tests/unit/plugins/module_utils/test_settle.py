@@ -181,6 +181,15 @@ def test_a_placeholder_in_a_setting_the_host_does_not_use_is_nothing_to_fill(bac
     assert bool(out['checklist']) is listed and bool(out['problems']) is listed
 
 
+@pytest.mark.parametrize('adopt_from,listed', [('', True), ('/home/dank/llama.cpp-fb27a525', False)])
+def test_an_adopted_tree_leaves_no_toolchain_to_fill(adopt_from, listed):
+    """Issue 36: adoption proves the hand-built tree with its bundled toolchain; the tarball's sha256 is nothing to
+    fill then (the checklist lists only what adoption cannot prove)."""
+    out = run({'llama_cpp_build_backend': 'hip', 'llama_cpp_build_toolchain_sha256': 'FILL-sha',
+               'llama_cpp_build_adopt_from': adopt_from})
+    assert bool(out['checklist']) is listed and bool(out['problems']) is listed
+
+
 # --- issue 33: every nested value typed from the spec, bounded, names matched in full -------------------------
 
 def _where(out):

@@ -20,8 +20,8 @@ import yaml
 from ansible.module_utils import basic
 from ansible_collections.dankfleet.llm.plugins.modules import (
     bench_report, chat_completion, endpoint_verify, gguf_fetch, gguf_info, gpu_info, host_state_info, job_progress,
-    llama_bench_sweep, llama_cpp_release, llama_server_gate, plan_actual, render_files, served_shape_info, spec_bench,
-    trash_files, turn_latency_bench)
+    llama_bench_sweep, llama_cpp_release, llama_server_gate, payload_adopt_info, plan_actual, render_files, served_shape_info,
+    spec_bench, staged_shape, trash_files, turn_latency_bench)
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 import range_http_server
 
@@ -202,6 +202,32 @@ def c_gguf_info(tmp_path, capsys):
     yield run_module(capsys, gguf_info.main, path=target["path"], tensors=True)
     yield run_module(capsys, gguf_info.main, path=mmproj["path"], check_mode=True)
     yield run_module(capsys, gguf_info.main, paths={"target": target["path"], "gone": str(tmp_path / "no.gguf")})
+
+
+def c_payload_adopt_info(tmp_path, capsys):
+    (tmp_path / "t.gguf").write_bytes(b"GGUF" * 64)
+    url = "https://huggingface.co/o/r/resolve/main/t.gguf"
+    manifest = [{"role": "target", "file": "t.gguf", "url": url, "size": 0, "sha256": "FILL-the-Hub-LFS-oid"},
+                {"role": "mmproj", "file": "m.gguf", "url": url + "x", "size": 9, "sha256": "FILL-x"}]
+    paths = {"target": str(tmp_path / "t.gguf"), "mmproj": str(tmp_path / "m.gguf")}
+    placeholders = [{"variable": "v", "where": "t.sha256", "value": "FILL-the-Hub-LFS-oid", "url": url}]
+    yield run_module(capsys, payload_adopt_info.main, check_mode=True, manifest=manifest, paths=paths,
+                     placeholders=placeholders)
+    yield run_module(capsys, payload_adopt_info.main, manifest=[dict(manifest[0], size=7)], paths=paths)  # mismatch
+
+
+def c_staged_shape(tmp_path, capsys):
+    (tmp_path / "r1").mkdir()
+    os.symlink(str(tmp_path / "r1"), str(tmp_path / "current"))
+    (tmp_path / "x.env").write_text("A=1\n")
+    args = dict(path=str(tmp_path / "staged.json"), service="frank-medium", release_link=str(tmp_path / "current"),
+                files=[str(tmp_path / "x.env")], started=0.0)
+    yield run_module(capsys, staged_shape.main, state="checked", **args)                   # nothing staged: refused
+    yield run_module(capsys, staged_shape.main, check_mode=True, state="staged", **args)
+    yield run_module(capsys, staged_shape.main, state="staged", **args)
+    yield run_module(capsys, staged_shape.main, state="checked", **args)
+    yield run_module(capsys, staged_shape.main, state="read", path=args["path"])
+    yield run_module(capsys, staged_shape.main, state="switched", path=args["path"])
 
 
 def c_gpu_info(tmp_path, capsys):

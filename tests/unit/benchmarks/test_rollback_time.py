@@ -1,0 +1,34 @@
+"""benchmarks/rollback_time.py: the dark spans of the port and the switch's parts from the json callback's output
+(the lab run itself is the lead's: `python benchmarks/rollback_time.py` against a staged lab)."""
+import rollback_time as rt
+
+
+def test_the_port_is_dark_from_the_last_answer_before_to_the_first_after():
+    samples = [(0.0, True), (1.0, True), (2.0, False), (3.0, False), (4.0, True), (5.0, False)]
+    assert rt.dark_spans(samples) == [(1.0, 4.0), (4.0, None)]
+    assert rt.dark_spans([(0.0, True), (1.0, True)]) == []
+
+
+def task(name, start, end, skipped=False):
+    return {"task": {"name": name, "duration": {"start": "2026-09-21T03:00:%02d.000000Z" % start,
+                                                "end": "2026-09-21T03:00:%02d.000000Z" % end}},
+            "hosts": {"lab": {"skipped": skipped}}}
+
+
+def test_the_parts_follow_the_markers_and_a_slow_role_that_ran_is_named():
+    result = {"plays": [{"tasks": [
+        task("Settle the inventory", 0, 2),
+        task("Switch - refuse when nothing is staged or the host does not match the staged record", 2, 3),
+        task("dankfleet.llm.llama_server : Refuse a missing binary or payload", 3, 4),
+        task("dankfleet.llm.runtime_retire : Retire each runtime", 4, 9),
+        task("dankfleet.llm.llama_server : Start the unit when it is down and nothing changed", 9, 10),
+        task("dankfleet.llm.llama_server : Gate the new shape; on failure roll back", 10, 30),
+        task("dankfleet.llm.gguf_fetch : Fetch each missing, partial or wrong file", 30, 31),
+        task("dankfleet.llm.llama_cpp_build : Install | bundle", 31, 32, skipped=True),
+    ]}]}
+    parts, slow = rt.parts_of(result, "lab")
+    base = rt.parse_time("2026-09-21T03:00:00Z")
+    assert dict((k, (a - base, b - base)) for k, (a, b) in parts.items()) == {
+        "settle, facts, plan": (0, 2), "staged-record check": (2, 3), "serve preflight again (nothing rendered)": (3, 4),
+        "retire the predecessor": (4, 9), "start": (9, 10), "gate": (10, 31)}
+    assert slow == ["dankfleet.llm.gguf_fetch : Fetch each missing, partial or wrong file"]
