@@ -36,6 +36,9 @@ NEEDED = tuple('llama_server_' + key for key, _ in settle_utils.PLAN_SERVE) + (
 _SET_NAME = re.compile(r'^\s*-?\s*(?:register:\s*(%s)\b|(%s):)' % ((r'(?:%s)[a-z0-9_]+' % '|'.join(
     settle_utils.PREFIXES),) * 2), re.M)
 _CACHE = {}
+# the way to a plan while the inventory is incomplete or the host out of reach: nothing is contacted or changed
+OFFLINE = ('To plan without reaching or changing a host: ansible-playbook playbooks/plan.yml '
+           '(-e dankfleet_offline=true: every host offline, from records).')
 # the play's own names, never an inventory's
 _MAGIC = frozenset(('vars', 'hostvars', 'groups', 'group_names', 'play_hosts', 'omit', 'playbook_dir', 'role_names',
                     'inventory_hostname', 'inventory_hostname_short', 'inventory_dir', 'inventory_file', 'environment',
@@ -115,6 +118,8 @@ class ActionModule(ActionBase):
             try:
                 values[name] = templar.template(raw)
             except AnsibleError as exc:
+                if 'ansible_facts' in to_text(raw):
+                    continue  # a value of the host's facts: the step runs before the host is contacted
                 unreadable.append(settle_utils.Problem(name, '%s cannot be read: %s' % (name, to_text(exc.message))))
         out = settle_utils.settle(values, options, given, host=host, scanned=written,
                                   extra_known=published, placeholders_refused=args['placeholders'] == 'refuse',
@@ -146,7 +151,11 @@ class ActionModule(ActionBase):
         out['problems'] = [p.as_dict() for p in problems]
         result.update(out, changed=False)
         if problems:
+            # the same list whether the run plans or changes the host: a plan-only run that stops here lists what is
+            # still to fill too (its checklist never runs); a run that changes the host refused those already
+            listed = problems + (settle_utils.to_fill(out['placeholders']) if args['placeholders'] == 'list' else [])
             result['failed'] = True
-            result['msg'] = ('%d problem(s) in the inventory of %s, all listed; nothing was changed:\n%s' % (
-                len(problems), host, '\n'.join('- %s' % p.message for p in problems)))
+            result['msg'] = ('%d problem(s) in the inventory of %s, all listed; nothing was changed:\n%s%s' % (
+                len(listed), host, '\n'.join('- %s' % p.message for p in listed),
+                '' if args['placeholders'] == 'list' else '\n' + OFFLINE))
         return result

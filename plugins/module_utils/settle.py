@@ -542,6 +542,17 @@ def placeholders(values, derived=()):
 
 def checklist_lines(items):
     """One line per variable (per entry of a list of entries): what in it is still to fill."""
+    return [line for _, line in checklist_entries(items)]
+
+
+def to_fill(items):
+    """The placeholders as a run that changes the host refuses them: one per checklist line, naming the variable."""
+    return [Problem(variable, "%s - still to fill" % line, kind="placeholder")
+            for variable, line in checklist_entries(items)]
+
+
+def checklist_entries(items):
+    """[(variable, line)]: checklist_lines with the variable each line is about."""
     groups, order = {}, []
     for i in items:
         if i["where"].startswith("["):
@@ -554,8 +565,8 @@ def checklist_lines(items):
             groups[key] = []
             order.append(key)
         groups[key].append("%s %s" % (field, i["value"]) if field else i["value"])
-    return ["%s%s: %s" % (var, (" " + entry if entry.startswith("[") else "." + entry) if entry else "",
-                          ", ".join(groups[(var, entry)]))
+    return [(var, "%s%s: %s" % (var, (" " + entry if entry.startswith("[") else "." + entry) if entry else "",
+                                ", ".join(groups[(var, entry)])))
             for var, entry in order]
 
 
@@ -640,10 +651,11 @@ def origin(serve):
 
 # --- the serve preflight's cross-checks -----------------------------------------------------------------------
 
-def serve_problems(v, payload=None):
+def serve_problems(v, payload=None, payload_known=True):
     """The serve preflight's cross-checks of settled llama_server_* values (v: name -> value; payload: the
     payload paths), one Problem each, naming the variable the operator edits and the fix. A value missing
-    from v is not checked; each value alone (its type, bounds, a name's characters) is settle_value's."""
+    from v is not checked; each value alone (its type, bounds, a name's characters) is settle_value's.
+    payload_known false (the manifest was refused): what the payload lacks is not judged."""
     p = []
     payload = payload or {}
 
@@ -715,7 +727,7 @@ def serve_problems(v, payload=None):
             p.append(Problem("llama_server_spec_type", "llama_server_spec_type chains %s with %s: a chain has ONE draft "
                              "context, so it dies at load; keep one of them (an n-gram type may ride beside either)"
                              % conflict))
-        elif rules.model_drafters(types) and not (payload.get("drafter") or v.get("llama_server_drafter_path")):
+        elif payload_known and rules.model_drafters(types) and not (payload.get("drafter") or v.get("llama_server_drafter_path")):
             p.append(Problem("llama_server_spec_type", "llama_server_spec_type %s loads a drafter model, but no drafter "
                              "is named: add a gguf_fetch_manifest entry with role: drafter (or set "
                              "llama_server_drafter_path), or drop it from llama_server_spec_type"
@@ -723,7 +735,7 @@ def serve_problems(v, payload=None):
         if types and v.get("llama_server_gate_enabled") is True and v.get("llama_server_metrics") is False:
             p.append(Problem("llama_server_metrics", "llama_server_spec_type configures a drafter and the gate proves "
                              "it on /metrics: set llama_server_metrics true (or llama_server_gate_enabled false)"))
-    if v.get("llama_server_vision") is True and not (payload.get("mmproj") or v.get("llama_server_mmproj_path")):
+    if payload_known and v.get("llama_server_vision") is True and not (payload.get("mmproj") or v.get("llama_server_mmproj_path")):
         p.append(Problem("llama_server_vision", "llama_server_vision is on but no mmproj is named: add a "
                          "gguf_fetch_manifest entry with role: mmproj (or set llama_server_mmproj_path), or set "
                          "llama_server_vision false"))
@@ -776,12 +788,14 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
                     for role in PAYLOAD_ROLES)
     paths = payload_paths(manifest, settled.get("gguf_fetch_models_dir", "/var/lib/dankfleet/models"),
                           dict((r, p) for r, p in fallback.items() if isinstance(p, str) and p))
-    if "target" not in paths and not any(p.variable == "gguf_fetch_manifest" for p in problems):
+    # a manifest refused above is the one cause: not a second refusal per payload file it cannot name
+    manifest_read = not any(p.variable == "gguf_fetch_manifest" for p in problems)
+    if "target" not in paths and manifest_read:
         problems.append(Problem("gguf_fetch_manifest", "%s names no target model: gguf_fetch_manifest has no entry with "
                                 "role: target (and llama_server_model_path is empty). A new endpoint host needs its "
                                 "own host_vars/%s.yml with gguf_fetch_manifest (name, role: target, repo, file, url, "
                                 "size, sha256) and its llama_server_* settings - copy another host's" % (host, host)))
-    problems.extend(serve_problems(settled, paths))
+    problems.extend(serve_problems(settled, paths, payload_known=manifest_read))
 
     # placeholders are looked for in every value read, typed or not: one nested deeper than a reader takes is
     # refused instead (the walk would not end in a result)
@@ -795,9 +809,8 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
             else:
                 scan[n] = v
     checklist = placeholders(scan, derived)
-    if placeholders_refused and checklist:
-        problems.append(Problem(", ".join(sorted(set(i["variable"] for i in checklist))),
-                                "still to fill (the seeds do not record them): " + "; ".join(checklist_lines(checklist))))
+    if placeholders_refused:
+        problems.extend(to_fill(checklist))
 
     serve = {}
     for key, kind in PLAN_SERVE:

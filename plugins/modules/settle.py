@@ -38,7 +38,8 @@ options:
   placeholders:
     description:
       - V(refuse) - a C(FILL-) placeholder is a problem (a run that changes the host).
-      - V(list) - placeholders are only listed in C(checklist) (a plan-only run, C(playbooks/plan.yml)).
+      - V(list) - placeholders are only listed in C(checklist) (a plan-only run, C(playbooks/plan.yml)); when the step
+        fails for another problem, its message lists them too, so a plan and a run that changes the host list the same.
     type: str
     choices: [refuse, list]
     default: refuse

@@ -19,7 +19,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gg
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import BIN, REPO, ansible_env
 
 HOST_READS = ("Read the host's GPUs and PCIe topology", "Look for the payload and read its GGUF headers",
-              "Read the host's RAM, when the play gathered no facts")
+              "Read the host's RAM, when the play gathered no facts", "Read the host (its RAM for the cache-ram law)")
 LATER_ROLES = ("llama_cpp_build", "gguf_fetch", "llama_server", "runtime_retire", "llm_observability")
 
 
@@ -115,7 +115,11 @@ def test_offline_check_diff_plans_only_and_says_nothing_was_read(overlay):
                            "was read")
     names = [short(t) for t in tasks(result)]
     assert "Show the capacity table" in names
+    # the play gathers no facts: its own read of the host is there, and skipped offline
+    assert "Gathering Facts" not in names and "Read the host (its RAM for the cache-ram law)" in names
     for task in tasks(result):
+        if short(task) in HOST_READS:
+            assert not ran(task, "gpu-node-2"), task["task"]["name"]
         if role_of(task) in LATER_ROLES and not short(task).startswith("Validating arguments"):
             assert not ran(task, "gpu-node-2"), task["task"]["name"]
 

@@ -144,9 +144,11 @@ def test_placeholders_of_every_kind_in_one_list_and_listed_without_refusing():
         'gguf_fetch_manifest [target]: size 0 (the file\'s size on the Hub), sha256 FILL-oid',
         'llama_cpp_build_toolchain_sha256: FILL-sha',
         'runtime_retire_runtimes [r]: quadlets[0].path FILL-q.container']
+    # a run that changes the host refuses the same lines, one each, naming the variable the operator edits
     refused = run(values)
-    (msg,) = messages(refused)
-    assert 'FILL-oid' in msg and 'FILL-sha' in msg and 'FILL-q.container' in msg
+    assert messages(refused) == [line + ' - still to fill' for line in s.checklist_lines(out['checklist'])]
+    assert [p.variable for p in refused['problems']] == ['gguf_fetch_manifest', 'llama_cpp_build_toolchain_sha256',
+                                                         'runtime_retire_runtimes']
 
 
 def test_a_derived_copy_of_a_placeholder_is_listed_once_under_the_variable_written_out():
@@ -204,6 +206,7 @@ def _where(out):
      'gguf_fetch_manifest[1].sha256'),
     ({'gguf_fetch_manifest': [dict(TARGET, sha256='a' * 64 + '\n')]}, 'gguf_fetch_manifest[0].sha256'),
     ({'gguf_fetch_manifest': [dict(TARGET, name='../etc')]}, 'gguf_fetch_manifest[0].name'),
+    ({'gguf_fetch_manifest': [TARGET, dict(TARGET, role='mmproj', url='ftp://x/p.gguf')]}, 'gguf_fetch_manifest[1].url'),
     ({'gguf_fetch_manifest': [dict(TARGET, sizee=1)]}, 'gguf_fetch_manifest[0].sizee'),
     ({'runtime_retire_runtimes': [{'name': 'r', 'quadlets': [{'path': 5}]}]}, 'runtime_retire_runtimes[0].quadlets[0].path'),
     ({'runtime_retire_runtimes': [{'name': 'r', 'units': 'x.service'}]}, 'runtime_retire_runtimes[0].units'),
@@ -242,6 +245,17 @@ def test_every_problem_inside_one_variable_is_reported_at_once():
         assert where in found, (where, sorted(found))
     # the manifest's own refusal, not a second one about a target it cannot read
     assert not any('names no target model' in p.message for p in out['problems'])
+
+
+def test_a_refused_manifest_is_the_one_cause_not_a_refusal_per_payload_file():
+    # a drafter and a projector the manifest would name, were it readable: the field is refused, nothing else
+    manifest = [TARGET, dict(TARGET, role='drafter', file='d.gguf', size='big'), dict(TARGET, role='mmproj', file='p.gguf')]
+    values = {'gguf_fetch_manifest': manifest, 'llama_server_spec_type': ['draft-dflash'], 'llama_server_vision': True}
+    assert messages(run(values)) == ["gguf_fetch_manifest[1].size is 'big', not a whole number: write it as a number "
+                                     "(e.g. size: 2), no quotes or words"]
+    # with no manifest entry for them, both are named
+    out = run(dict(values, gguf_fetch_manifest=[TARGET]))
+    assert {p.variable for p in out['problems']} == {'llama_server_spec_type', 'llama_server_vision'}
 
 
 def test_a_secret_is_never_quoted_in_a_refusal():
