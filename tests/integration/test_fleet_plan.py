@@ -164,6 +164,8 @@ DANKSERVER_TABLE = [
     r"context: 327680 \(2 x 163840\), cache-ram 16384 MiB",
     r"card ROCm0: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
     r"card ROCm1: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
+    # issue 34: the projector's device, what it holds at load and at the largest image the limit admits
+    r"projector qwen3vl_merger on ROCm0: \d+\.\d\d GiB at load, \d+\.\d\d GiB at its peak \(images up to 4096 tokens .*\)",
     r"binding: ROCm1: \d+\.\d\d GiB free, \d+\.\d\d GiB above the 1\.50 GiB floor",
 ]
 # frank-zealot with a payload that is on the "host" (the lab's MTP model, where gguf_fetch puts it): its
