@@ -319,6 +319,13 @@ PROFILES = {
     },
 }
 
+# How far each profile's plan is to be trusted, measured (the capacity table's header says it; one line each).
+PROFILE_ACCURACY = {
+    "hip": "within 0.62 GiB per card of 38 rocm-smi loads on 2x R9700, fitted",
+    "cuda": "within max(1 %, 64 MiB) per card of nvidia-smi on an H200, measured",
+    "cpu": "within max(1 %, 64 MiB) per device of 101 llama.cpp loads, measured",
+}
+
 
 # What a ggml-rpc-server process takes on its device beyond the buffers llama.cpp prints, per the worker's
 # backend (a device in gpus with rpc_backend set is charged this instead of the profile's device_overhead):

@@ -23,6 +23,7 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
 from ansible_collections.dankfleet.llm.plugins.module_utils.settle import Problem, int_like as _int_like, origin as _origin
 from ansible_collections.dankfleet.llm.plugins.module_utils.settle import pinned as _pinned
 
@@ -146,8 +147,9 @@ def plan_result(fit, serve, host="this host", reads="host"):
     cache_mib = fit.get("cache_ram_mib")
     backend = serve.get("backend", "?")
     lines = [
-        "capacity of %s (%s profile, headers %s)" % (
-            host, backend, "recorded on the controller" if reads == "recorded" else "read on the host"),
+        "capacity of %s (%s profile, headers %s; profile %s)" % (
+            host, backend, "recorded on the controller" if reads == "recorded" else "read on the host",
+            fit_plan.PROFILE_ACCURACY.get(backend, "of unknown accuracy")),
         "split: %s%s" % (split, " (%s)" % (serve.get("split_mode") or "layer") if several else ""),
         "context: %s, cache-ram %s MiB" % (context, "-" if cache_mib is None else cache_mib),
     ]

@@ -159,7 +159,7 @@ def fleet_summary(stdout, host):
 
 # What the plan stage prints, line by line (regexes matched whole).
 DANKSERVER_TABLE = [
-    r"capacity of dankserver \(hip profile, headers recorded on the controller\)",
+    r"capacity of dankserver \(hip profile, headers recorded on the controller; profile within .+\)",
     r"split: 32:33 \(layer\)",
     r"context: 327680 \(2 x 163840\), cache-ram 16384 MiB",
     r"card ROCm0: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
@@ -169,7 +169,7 @@ DANKSERVER_TABLE = [
 # frank-zealot with a payload that is on the "host" (the lab's MTP model, where gguf_fetch puts it): its
 # headers are read there and the cuda profile plans the one 24 GiB card
 ZEALOT_TABLE = [
-    r"capacity of frank-zealot \(cuda profile, headers read on the host\)",
+    r"capacity of frank-zealot \(cuda profile, headers read on the host; profile within .+\)",
     r"split: none - one CUDA0",
     r"context: \d+, cache-ram \d+ MiB",
     r"card CUDA0: \d+ layers, \d+\.\d\d GiB free of 24\.00 GiB",
