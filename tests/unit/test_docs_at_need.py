@@ -51,3 +51,30 @@ def test_fit_plan_doc_states_each_profile_measured_not_a_placeholder():
                and getattr(node.targets[0], "id", "") == "DOCUMENTATION")
     assert "placeholder" not in doc.lower()
     assert "PROFILE_ACCURACY" in doc and "H200" in doc
+
+
+SITE_NAMES = re.compile(r"frank[-_]medium_manifest|\bowner: dank\b|\bgroup: dank\b|\buser: dank\b|frank-medium\.(?:env|service)"
+                        r"|http://dankserver|/home/dank/|Refuse a frank-medium|Deploy the frank-medium")
+
+
+def test_shipped_examples_and_names_speak_of_endpoints_not_the_site():
+    # issue 37: module docs, role specs and READMEs, playbooks; the site keeps its names in inventory/production and
+    # the root entry points (deploy-frank-medium.yml ...), which galaxy.yml does not ship
+    found = []
+    for top in ("plugins/modules", "playbooks", "roles"):
+        for folder, _, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                if not name.endswith((".py", ".yml", ".md")):
+                    continue
+                path = os.path.join(folder, name)
+                for number, line in enumerate(_read(path).splitlines(), 1):
+                    if SITE_NAMES.search(line):
+                        found.append("%s:%d: %s" % (os.path.relpath(path, REPO), number, line.strip()))
+    assert found == []
+
+
+def test_the_shipped_deploy_play_and_its_shape_check_are_generic():
+    plays = yaml.safe_load(_read("playbooks", "deploy_endpoints.yml"))
+    assert plays[0]["name"] == "Deploy the llama.cpp endpoints"
+    tasks = yaml.safe_load(_read("playbooks", "tasks", "deploy_preflight.yml"))
+    assert tasks[0]["name"] == "Refuse a serve shape the inventory does not declare"
