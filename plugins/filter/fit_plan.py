@@ -278,7 +278,7 @@ _value:
       type: list
       elements: str
     table:
-      description: Text table, one row per candidate split -- C(-ts | GPU0 free | GPU1 free | gap | fits); with devices on
+      description: Text table, one row per candidate split -- C(-ts | ROCm0 free | ROCm1 free | gap | fits), each device by its llama.cpp name; with devices on
         other hosts, then one line per device saying which host holds which blocks at the chosen split.
       type: str
     candidates:

@@ -1791,7 +1791,7 @@ def _gib(b):
 
 
 def _table(c, chosen, evs, floor):
-    names = ["%s%d" % ("GPU", i) for i in range(c.n_dev)]
+    names = [g["name"] for g in c.gpus]  # llama.cpp's device names, as the capacity table prints them
     head = ["-ts"] + ["%s free" % n for n in names] + ["gap", "fits"]
     order = sorted(evs, key=lambda e: [-x for x in e["split"]])
     uniq, seen = [], set()
@@ -1822,8 +1822,7 @@ def _table(c, chosen, evs, floor):
             blocks = "blocks %d-%d" % tuple(r["layer_range"]) if r["layer_range"] else "no blocks"
             if r["holds_output"]:
                 blocks += " + output"
-            lines.append("%s = %s on %s: %s, %s GiB free"
-                         % (names[r["index"]], g["name"], where, blocks, _gib(r["free_bytes"])))
+            lines.append("%s on %s: %s, %s GiB free" % (names[r["index"]], where, blocks, _gib(r["free_bytes"])))
     return "\n".join(lines)
 
 

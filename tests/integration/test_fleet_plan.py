@@ -164,6 +164,8 @@ DANKSERVER_TABLE = [
     r"context: 327680 \(2 x 163840\), cache-ram 16384 MiB",
     r"card ROCm0: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
     r"card ROCm1: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
+    r"layers: -ts 32:33 shares 65 slots, the 64 blocks then the output layer \(one slot, on the last card\): "
+    r"ROCm0 blocks 0-32, ROCm1 blocks 33-63 \+ output",
     r"binding: ROCm1: \d+\.\d\d GiB free, \d+\.\d\d GiB above the 1\.50 GiB floor",
 ]
 # frank-zealot with a payload that is on the "host" (the lab's MTP model, where gguf_fetch puts it): its

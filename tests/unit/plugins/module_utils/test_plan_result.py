@@ -50,6 +50,14 @@ def test_the_published_plan_says_where_each_value_came_from():
                         'profile within 0.62 GiB per card of 38 rocm-smi loads on 2x R9700, fitted)')
     assert lines[1] == 'split: %s (layer)' % ':'.join(str(x) for x in fit['tensor_split'])
     assert lines[-1].startswith('binding: ROCm') and 'above the 1.00 GiB floor' in lines[-1]
+    # the output layer's slot said: the cards' layers sum to the blocks, the last card holds the output too
+    first, last = fit['devices']
+    assert lines[-2] == ('layers: -ts %s shares 65 slots, the 64 blocks then the output layer (one slot, on the last '
+                         'card): ROCm0 blocks 0-%d, ROCm1 blocks %d-63 + output'
+                         % (':'.join(str(x) for x in fit['tensor_split']), first['layer_range'][1], last['layer_range'][0]))
+    assert first['layers'] + last['layers'] == 64
+    # the fit table names the devices as the capacity table does
+    assert fit['table'].split('\n')[0] == '-ts | ROCm0 free | ROCm1 free | gap | fits'
     assert out['capacity']['summary'].startswith('dankserver: fits - split ')
 
     pinned = dict(SETTLED, tensor_split=[35, 30], ctx_size=393216, cache_ram=16384)
