@@ -22,9 +22,11 @@ description:
   - A drafter's context is sized from the B(target's) context (C(common/speculative.cpp)), so a drafter
     without a sliding window caches the whole window; C(draft-mtp) puts the nextn layer's weights, KV and
     draft buffers on the card holding the last layers.
-  - Compute buffers come from per-backend constants (C(hip) fitted to the runbook's rocm-smi figures,
-    C(cpu) a first cut from llama-fit-params, C(cuda) a placeholder) kept in C(PROFILES) in
-    C(plugins/module_utils/fit_plan.py).
+  - Compute buffers come from per-backend constants kept in C(PROFILES) in C(plugins/module_utils/fit_plan.py), each
+    with its source and measured accuracy (C(PROFILE_ACCURACY), printed on the capacity table's first line) -
+    C(hip) fitted to 38 rocm-smi loads of 2x R9700 (worst 0.62 GiB per card), C(cuda) measured on an NVIDIA H200
+    against nvidia-smi (within max(1 %, 64 MiB) per card, up to 139 GiB), C(cpu) measured against 101 llama.cpp
+    b11434 loads (within max(1 %, 64 MiB) per device).
   - Malformed input (missing fields, no GPU, a split whose length differs from the device count, an
     architecture whose layers cannot be sized, a NaN, infinite, negative or out-of-range number anywhere in the
     facts, a negative O(serve.ctx_size)) fails the task with a message naming the field. A plan that
@@ -276,7 +278,7 @@ _value:
       type: list
       elements: str
     table:
-      description: Text table, one row per candidate split -- C(-ts | GPU0 free | GPU1 free | gap | fits); with devices on
+      description: Text table, one row per candidate split -- C(-ts | ROCm0 free | ROCm1 free | gap | fits), each device by its llama.cpp name; with devices on
         other hosts, then one line per device saying which host holds which blocks at the chosen split.
       type: str
     candidates:

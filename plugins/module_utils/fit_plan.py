@@ -319,6 +319,13 @@ PROFILES = {
     },
 }
 
+# How far each profile's plan is to be trusted, measured (the capacity table's header says it; one line each).
+PROFILE_ACCURACY = {
+    "hip": "within 0.62 GiB per card of 38 rocm-smi loads on 2x R9700, fitted",
+    "cuda": "within max(1 %, 64 MiB) per card of nvidia-smi on an H200, measured",
+    "cpu": "within max(1 %, 64 MiB) per device of 101 llama.cpp loads, measured",
+}
+
 
 # What a ggml-rpc-server process takes on its device beyond the buffers llama.cpp prints, per the worker's
 # backend (a device in gpus with rpc_backend set is charged this instead of the profile's device_overhead):
@@ -1918,7 +1925,7 @@ def _gib(b):
 
 
 def _table(c, chosen, evs, floor):
-    names = ["%s%d" % ("GPU", i) for i in range(c.n_dev)]
+    names = [g["name"] for g in c.gpus]  # llama.cpp's device names, as the capacity table prints them
     head = ["-ts"] + ["%s free" % n for n in names] + ["gap", "fits"]
     order = sorted(evs, key=lambda e: [-x for x in e["split"]])
     uniq, seen = [], set()
@@ -1949,8 +1956,7 @@ def _table(c, chosen, evs, floor):
             blocks = "blocks %d-%d" % tuple(r["layer_range"]) if r["layer_range"] else "no blocks"
             if r["holds_output"]:
                 blocks += " + output"
-            lines.append("%s = %s on %s: %s, %s GiB free"
-                         % (names[r["index"]], g["name"], where, blocks, _gib(r["free_bytes"])))
+            lines.append("%s on %s: %s, %s GiB free" % (names[r["index"]], where, blocks, _gib(r["free_bytes"])))
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
 from ansible_collections.dankfleet.llm.plugins.module_utils.settle import Problem, int_like as _int_like, origin as _origin
 from ansible_collections.dankfleet.llm.plugins.module_utils.settle import pinned as _pinned
 
@@ -146,13 +147,21 @@ def plan_result(fit, serve, host="this host", reads="host"):
     cache_mib = fit.get("cache_ram_mib")
     backend = serve.get("backend", "?")
     lines = [
-        "capacity of %s (%s profile, headers %s)" % (
-            host, backend, "recorded on the controller" if reads == "recorded" else "read on the host"),
+        "capacity of %s (%s profile, headers %s; profile %s)" % (
+            host, backend, "recorded on the controller" if reads == "recorded" else "read on the host",
+            fit_plan.PROFILE_ACCURACY.get(backend, "of unknown accuracy")),
         "split: %s%s" % (split, " (%s)" % (serve.get("split_mode") or "layer") if several else ""),
         "context: %s, cache-ram %s MiB" % (context, "-" if cache_mib is None else cache_mib),
     ]
     lines += ["card %s: %s layers, %s GiB free of %s GiB"
               % (d["name"], d.get("layers", "?"), _gib(d["free_bytes"]), _gib(d["vram_total_bytes"])) for d in devices]
+    if several and all("layer_range" in d for d in devices):
+        # issue 37: "36 layers, 28 layers" at -ts 35:30 reads wrong unless the output layer's slot is said
+        blocks = sum(int(d.get("layers") or 0) for d in devices)
+        lines.append("layers: -ts %s shares %d slots, the %d blocks then the output layer (one slot, on the last card): %s" % (
+            split, blocks + 1, blocks, ", ".join("%s %s%s" % (
+                d["name"], "blocks %d-%d" % tuple(d["layer_range"]) if d["layer_range"] else "no blocks",
+                " + output" if d.get("holds_output") else "") for d in devices)))
     experts = fit.get("host_experts") or {}
     if experts.get("bytes"):
         setting = "llama_server_cpu_moe" if experts.get("cpu_moe") else "llama_server_n_cpu_moe %d%s" % (

@@ -211,6 +211,16 @@ NAMES = {
     "runtime_retire_runtimes[].quadlets[].user": _LOGIN,
     "runtime_retire_runtimes[].files[]": _ABSOLUTE,
 }
+# A value each number's refusal shows as the fix (the role's default or a common setting); a number with none here
+# is told to be a number, with no example (one example for all read "e.g. llama_server_ctx_size: 2").
+SAMPLES = {
+    "llama_server_port": 8080, "llama_server_ctx_size": 32768, "llama_server_parallel": 2,
+    "llama_server_batch_size": 2048, "llama_server_ubatch_size": 512, "llama_server_tensor_split[]": 32,
+    "llama_server_cache_ram": 8192, "llama_server_n_cpu_moe": 8, "llama_server_image_min_tokens": 256,
+    "llama_server_image_max_tokens": 1024, "llama_server_temperature": 0.7, "llama_server_top_p": 0.95,
+    "llama_server_min_p": 0.05, "llama_server_top_k": 40, "llama_server_gpu_layers": 999, "llama_server_threads": 8,
+    "llama_server_threads_batch": 8, "llama_server_spec_draft_n_max": 3, "gguf_fetch_manifest[].size": 31457990112,
+}
 # Strings that are prose (a prompt): a newline or a tab is theirs, other control characters are not.
 FREE_TEXT = frozenset(("llama_server_gate_prompt", "llama_server_gate_spec_prompt"))
 # Values never quoted in a refusal.
@@ -234,8 +244,11 @@ def _field(source, path):
 
 
 def _example(source, path, sample):
+    """`` (e.g. <field>: <sample>)``, or nothing without a sample worth showing."""
+    if sample is None:
+        return ""
     field = _field(source, path)
-    return "e.g. %s: %s" % (field, sample) if field else "e.g. %s" % sample
+    return " (e.g. %s: %s)" % (field, sample) if field else " (e.g. %s)" % sample
 
 
 def _present(value, source, path):
@@ -254,16 +267,17 @@ class _Whole(tr.Shape):
     """An int by Ansible's rules (a number, an integral float, its digits as text: -e gives text), bounded."""
     expect = "a whole number"
 
-    def __init__(self, bounds=None):
+    def __init__(self, bounds=None, sample=None):
         self.bounds = bounds or (-tr.INT_LIMIT, tr.INT_LIMIT, "a 64-bit integer")
+        self.sample = sample
 
     def read(self, value, source, path=""):
         _present(value, source, path)
         try:
             number = tr.Int(text=True).read(value, source, path)
         except tr.ShapeError:
-            _say(source, path, "is %s, not a whole number: write it as a number (%s), no quotes or words"
-                 % (tr.quote(value), _example(source, path, 2)))
+            _say(source, path, "is %s, not a whole number: write it as a number%s, no quotes or words"
+                 % (tr.quote(value), _example(source, path, self.sample)))
         return _within(number, value, self.bounds, source, path)
 
 
@@ -271,16 +285,17 @@ class _Number(tr.Shape):
     """A finite number (or its decimal text), bounded; never a boolean, NaN or an infinity."""
     expect = "a number"
 
-    def __init__(self, bounds=None):
+    def __init__(self, bounds=None, sample=None):
         self.bounds = bounds or (-float(tr.INT_LIMIT), float(tr.INT_LIMIT), "a finite number")
+        self.sample = sample
 
     def read(self, value, source, path=""):
         _present(value, source, path)
         try:
             number = tr.Num(text=True).read(value, source, path)
         except tr.ShapeError:
-            _say(source, path, "is %s, not a finite number: write it as a number (%s)"
-                 % (tr.quote(value), _example(source, path, 0.7)))
+            _say(source, path, "is %s, not a finite number: write it as a number%s"
+                 % (tr.quote(value), _example(source, path, self.sample)))
         return _within(number, value, self.bounds, source, path)
 
 
@@ -318,12 +333,12 @@ class _Text(tr.Shape):
     def read(self, value, source, path=""):
         _present(value, source, path)
         if isinstance(value, bool):
-            _say(source, path, "is the boolean %s, not a string: quote it (%s) - YAML reads a bare on/off/yes/no as "
+            _say(source, path, "is the boolean %s, not a string: quote it%s - YAML reads a bare on/off/yes/no as "
                  "a boolean" % (value, _example(source, path, '"%s"' % ("on" if value else "off"))))
         if _is_int(value) and not self.path_type and abs(value) <= tr.INT_LIMIT:
             value = str(value)
         if not isinstance(value, str):
-            _say(source, path, "is %s, not a %s: give it one value, %s"
+            _say(source, path, "is %s, not a %s: give it one value%s"
                  % (_got(value), "path" if self.path_type else "string", _example(source, path, '"..."')))
         return self.inner.read(value, source, path)
 
@@ -435,9 +450,9 @@ def spec_shape(spec, key):
     elif kind == "dict":
         shape = _Mapping()
     elif kind == "int":
-        shape = _Whole(BOUNDS.get(key))
+        shape = _Whole(BOUNDS.get(key), SAMPLES.get(key))
     elif kind == "float" or (kind == "raw" and key in BOUNDS and key.endswith("[]")):
-        shape = _Number(BOUNDS.get(key))
+        shape = _Number(BOUNDS.get(key), SAMPLES.get(key))
     elif kind == "bool":
         shape = _Boolean()
     elif kind in ("str", "path"):

@@ -62,7 +62,7 @@ EXAMPLES = r'''
 - name: Ask the endpoint for one real completion
   dankfleet.llm.chat_completion:
     url: http://127.0.0.1:7770
-    model: frank-medium
+    model: llm
   register: answer
 '''
 

@@ -183,8 +183,8 @@ attributes:
 EXAMPLES = r'''
 - name: Verify the gated endpoint
   dankfleet.llm.endpoint_verify:
-    env_file: /etc/llama-server/frank-medium.env
-    service: frank-medium.service
+    env_file: /etc/llama-server/llm.env
+    service: llm.service
     window_fraction: 0.25
     textfile_dir: /var/lib/prometheus/node-exporter
   register: verify
@@ -249,7 +249,7 @@ contract:
   description: The client contract - alias, URL, context per slot, slots, modalities, the effort map (effort -> HTTP status).
   returned: success and not check mode
   type: dict
-  sample: {alias: frank-medium, url: "http://127.0.0.1:7770/v1", context_per_slot: 163840, slots: 2,
+  sample: {alias: llm, url: "http://127.0.0.1:7770/v1", context_per_slot: 163840, slots: 2,
            modalities: {vision: true}, reasoning_efforts: {low: 200, medium: 200, high: 500, xhigh: 200}}
 contract_changes:
   description: What moved in RV(contract) since O(previous_contract).

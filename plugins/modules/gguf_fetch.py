@@ -222,12 +222,12 @@ EXAMPLES = r"""
 - name: Fetch the target model, verified against the manifest
   dankfleet.llm.gguf_fetch:
     url: https://huggingface.co/orcarouter/Qwen3.8-27B-Uncensored-GGUF/resolve/main/model-Q8_0.gguf
-    dest: /var/lib/dankfleet/models/frank-medium/model-Q8_0.gguf
+    dest: /var/lib/dankfleet/models/my-model/model-Q8_0.gguf
     size: 31457990112
-    sha256: "{{ frank_medium_manifest.target.sha256 }}"
+    sha256: "{{ model_sha256 }}"
     token: "{{ hf_token | default(omit) }}"
-    owner: dank
-    group: dank
+    owner: llm
+    group: llm
     mode: "0644"
     progress_log: /var/log/dankfleet/gguf_fetch.log
   register: fetched
@@ -256,7 +256,7 @@ path:
   description: The destination path.
   returned: always
   type: str
-  sample: /var/lib/dankfleet/models/frank-medium/model-Q8_0.gguf
+  sample: /var/lib/dankfleet/models/my-model/model-Q8_0.gguf
 declared_size:
   description: The declared size in bytes.
   returned: always
@@ -368,7 +368,7 @@ directories:
   type: list
   elements: dict
   sample: [{"path": "/var/lib/dankfleet/models", "state": "present", "changed": false},
-           {"path": "/var/lib/dankfleet/models/frank-medium", "state": "created", "changed": true}]
+           {"path": "/var/lib/dankfleet/models/my-model", "state": "created", "changed": true}]
 """
 
 import os

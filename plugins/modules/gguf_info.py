@@ -110,7 +110,7 @@ author:
 EXAMPLES = r"""
 - name: Read the drafter's header before sizing a spec-decode deployment
   dankfleet.llm.gguf_info:
-    path: /home/dank/models/Qwen3.8-27B-DSpark-GGUF/Qwen3.8-27B-DSpark-Q8_0.gguf
+    path: /srv/models/Qwen3.8-27B-DSpark-GGUF/Qwen3.8-27B-DSpark-Q8_0.gguf
   register: __drafter
 
 - name: Plan a model before downloading it -- its header from the manifest's url

@@ -74,23 +74,23 @@ seealso:
 EXAMPLES = r'''
 - name: Read what the serve role converges, once
   dankfleet.llm.host_state_info:
-    paths: [/etc/llama-server/frank-medium.env, /etc/llama-server, /opt/llama.cpp/current]
-    users: [dank]
-    units: [frank-medium.service]
+    paths: [/etc/llama-server/llm.env, /etc/llama-server, /opt/llama.cpp/current]
+    users: [llm]
+    units: [llm.service]
     ports: [8080]
   register: __serve_state
 
 - name: Write the env file (skipped when the host already has exactly this file)
   ansible.builtin.template:
     src: llama-server.env.j2
-    dest: /etc/llama-server/frank-medium.env
+    dest: /etc/llama-server/llm.env
     owner: root
-    group: dank
+    group: llm
     mode: "0640"
   when: >-
-    not (__serve_state.paths['/etc/llama-server/frank-medium.env']
+    not (__serve_state.paths['/etc/llama-server/llm.env']
          | dankfleet.llm.host_state_current(content=lookup('ansible.builtin.template', 'llama-server.env.j2'),
-                                            mode='0640', owner='root', group='dank'))
+                                            mode='0640', owner='root', group='llm'))
 '''
 
 RETURN = r'''

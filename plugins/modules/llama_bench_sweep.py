@@ -153,13 +153,13 @@ EXAMPLES = r'''
 - name: The runbook's sweep on both cards (service form in, llama-bench form out)
   dankfleet.llm.llama_bench_sweep:
     llama_bench: /opt/llama.cpp/current/bin/llama-bench
-    model: /home/dank/models/model.gguf
+    model: /srv/models/model.gguf
     batch_sizes: [2048, 4096, 6144]
     ubatch_sizes: [256, 512, 1024, 1536]
     depths: [0, 32768]
     devices: ROCm0,ROCm1
     tensor_split: 36,29
-    user: dank
+    user: llm
     environment:
       HIP_VISIBLE_DEVICES: "0,1"
   become: true

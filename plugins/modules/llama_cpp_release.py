@@ -299,7 +299,7 @@ EXAMPLES = r'''
   dankfleet.llm.llama_cpp_release:
     action: adopt
     spec: "{{ spec }}"
-    adopt_from: /home/dank/llama.cpp-rdna4
+    adopt_from: /home/ops/llama.cpp-rdna4
     adopt_mode: copy
 
 - name: Verify the current release

@@ -141,13 +141,13 @@ findings:
   returned: always
   type: list
   elements: str
-  sample: ["gate (new shape) step 2: POST /v1/chat/completions (model frank-medium) answered HTTP 500 with 0 completion token(s): ..."]
+  sample: ["gate (new shape) step 2: POST /v1/chat/completions (model llm) answered HTTP 500 with 0 completion token(s): ..."]
 message:
   description: The passed line (URL, alias, release, slots, tokens, drafts, MainPID, NRestarts), or the findings joined by newlines.
   returned: always
   type: str
   sample: >-
-    gate (new shape) passed: http://127.0.0.1:7770 alias frank-medium, release b11434-hip, 2 slot(s) of 163840,
+    gate (new shape) passed: http://127.0.0.1:7770 alias llm, release b11434-hip, 2 slot(s) of 163840,
     8 token(s) answered, MainPID 4711, NRestarts 0.
 expected:
   description: What the shape must show, from the env file (never the API key).

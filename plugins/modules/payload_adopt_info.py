@@ -64,7 +64,7 @@ EXAMPLES = r'''
         size: 0
         sha256: FILL-the-Hub-LFS-oid
     paths:
-      target: /home/dank/models/Qwen3.8-27B-Uncensored-GGUF/Qwen3.8-27B-Uncensored-Q8_0.gguf
+      target: /var/lib/llm/models/qwen3-8b/Qwen3-8B-Q4_K_M.gguf
     placeholders: "{{ dankfleet_settled.placeholders }}"
   register: __payload_adopt
 '''

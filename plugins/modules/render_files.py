@@ -143,14 +143,14 @@ EXAMPLES = r'''
     known: "{{ __state.paths }}"
     files:
       - src: llama-server.env.j2
-        dest: /etc/llama-server/frank-medium.env
+        dest: /etc/llama-server/llm.env
         owner: root
         group: llm
         mode: "0640"
         validate: python3 /usr/local/libexec/llama-server/llama_env_check.py %s
         compare: values
       - src: llama-server.service.j2
-        dest: /etc/systemd/system/frank-medium.service
+        dest: /etc/systemd/system/llm.service
         owner: root
         group: root
         mode: "0644"
@@ -195,7 +195,7 @@ files:
     checksum:
       description: The sha1 of the rendered content.
       type: str
-  sample: {"/etc/llama-server/frank-medium.env": {"changed": true, "values_changed": false, "reasons": ["content"],
+  sample: {"/etc/llama-server/llm.env": {"changed": true, "values_changed": false, "reasons": ["content"],
            "checksum": "5e1c309dae7f45e0f39b1bf3ac3cd9db12e7d689"}}
 directories:
   description: Per O(directories[].path), what was found.

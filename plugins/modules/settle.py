@@ -86,12 +86,12 @@ install_prefix:
   description: Where the build installs llama.cpp (C(llama_cpp_build_prefix)); the serve role runs C(<prefix>/current).
   returned: always
   type: str
-  sample: /home/dank/llama.cpp
+  sample: /home/ops/llama.cpp
 payload_paths:
   description: The payload on the host, C(target) / C(drafter) / C(mmproj) -> path (the fetch role's layout).
   returned: always
   type: dict
-  sample: {target: /home/dank/models/Qwen3.8-27B-Uncensored-GGUF/Qwen3.8-27B-Uncensored-Q8_0.gguf}
+  sample: {target: /srv/models/Qwen3.8-27B-Uncensored-GGUF/Qwen3.8-27B-Uncensored-Q8_0.gguf}
 serve:
   description: The serve settings the plan is made for (C(llm_plan_serve)), settled to their types.
   returned: always

@@ -81,21 +81,21 @@ EXAMPLES = r'''
     path: /var/lib/llama-server/frank-medium/staged.json
     state: staged
     service: frank-medium
-    release_link: /home/dank/llama.cpp/current
+    release_link: /opt/llama.cpp/current
     manifest: "{{ gguf_fetch_manifest }}"
     paths: "{{ llm_plan.payload_paths }}"
-    files: [/etc/llama-server/frank-medium.env, /usr/local/libexec/llama-server/serve-frank-medium.sh,
-            /etc/systemd/system/frank-medium.service]
+    files: [/etc/llama-server/llm.env, /usr/local/libexec/llama-server/serve-llm.sh,
+            /etc/systemd/system/llm.service]
 
 - name: Refuse the switch when nothing is staged or the host does not match the record
   dankfleet.llm.staged_shape:
     path: /var/lib/llama-server/frank-medium/staged.json
     state: checked
     service: frank-medium
-    release_link: /home/dank/llama.cpp/current
+    release_link: /opt/llama.cpp/current
     manifest: "{{ gguf_fetch_manifest }}"
     paths: "{{ llm_plan.payload_paths }}"
-    files: [/etc/llama-server/frank-medium.env]
+    files: [/etc/llama-server/llm.env]
 '''
 
 RETURN = r'''

@@ -57,7 +57,7 @@ extends_documentation_fragment:
 options:
   trash_dir:
     description:
-      - The trash directory of one retire, for example C(/home/dank/.AGENTTRASH/20260916-vllm-radiance-retire).
+      - The trash directory of one retire, for example C(/var/lib/dankfleet/trash/20260916-vllm-radiance-retire).
       - Must be absolute and not a system tree.
     type: path
     required: true
@@ -131,9 +131,9 @@ seealso:
 EXAMPLES = r'''
 - name: Retire the vLLM proxy unit and its helper script
   dankfleet.llm.trash_files:
-    trash_dir: /home/dank/.AGENTTRASH/20260916-vllm-radiance-retire
+    trash_dir: /var/lib/dankfleet/trash/20260916-vllm-radiance-retire
     paths:
-      - /home/dank/.config/containers/systemd/vllm-radiance.container
+      - /home/ops/.config/containers/systemd/vllm-radiance.container
       - /opt/vllm-radiance/proxy.py
     units:
       - unit: vllm-radiance-proxy.service
@@ -144,7 +144,7 @@ EXAMPLES = r'''
 
 - name: Put it all back
   dankfleet.llm.trash_files:
-    trash_dir: /home/dank/.AGENTTRASH/20260916-vllm-radiance-retire
+    trash_dir: /var/lib/dankfleet/trash/20260916-vllm-radiance-retire
     state: restored
 '''
 
@@ -182,7 +182,7 @@ diff:
   description: With C(--diff), the moved paths where they were (C(before)) and where they went (C(after)), one a line.
   returned: when diff mode is on
   type: dict
-  sample: {before: "/opt/vllm-radiance/proxy.py\n", after: "/home/dank/.AGENTTRASH/x/opt/vllm-radiance/proxy.py\n"}
+  sample: {before: "/opt/vllm-radiance/proxy.py\n", after: "/var/lib/dankfleet/trash/x/opt/vllm-radiance/proxy.py\n"}
 already_retired:
   description: Paths absent from their original place that already sit in the trash (O(state=trashed)).
   returned: when state is trashed

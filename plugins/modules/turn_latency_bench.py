@@ -79,7 +79,7 @@ EXAMPLES = r'''
 - name: The runbook's 2 families x 2 turns over a ~30k-token document
   dankfleet.llm.turn_latency_bench:
     url: http://127.0.0.1:7770
-    model: frank-medium
+    model: llm
     families: 2
     turns: 2
     document_words: 20000

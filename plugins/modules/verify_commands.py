@@ -71,8 +71,8 @@ seealso:
 EXAMPLES = r'''
 - name: The fleet's e2e suite against the new shape
   dankfleet.llm.verify_commands:
-    url: http://dankserver:7770/v1
-    alias: frank-medium
+    url: http://gpu-box:7770/v1
+    alias: llm
     api_key: "{{ llama_server_api_key }}"
     commands:
       - name: e2e crawl

@@ -159,11 +159,13 @@ def fleet_summary(stdout, host):
 
 # What the plan stage prints, line by line (regexes matched whole).
 DANKSERVER_TABLE = [
-    r"capacity of dankserver \(hip profile, headers recorded on the controller\)",
+    r"capacity of dankserver \(hip profile, headers recorded on the controller; profile within .+\)",
     r"split: 32:33 \(layer\)",
     r"context: 327680 \(2 x 163840\), cache-ram 16384 MiB",
     r"card ROCm0: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
     r"card ROCm1: \d+ layers, \d+\.\d\d GiB free of 31\.86 GiB",
+    r"layers: -ts 32:33 shares 65 slots, the 64 blocks then the output layer \(one slot, on the last card\): "
+    r"ROCm0 blocks 0-32, ROCm1 blocks 33-63 \+ output",
     # issue 34: the projector's device, what it holds at load and at the largest image the limit admits
     r"projector qwen3vl_merger on ROCm0: \d+\.\d\d GiB at load, \d+\.\d\d GiB at its peak \(images up to 4096 tokens .*\)",
     r"binding: ROCm1: \d+\.\d\d GiB free, \d+\.\d\d GiB above the 1\.50 GiB floor",
@@ -171,7 +173,7 @@ DANKSERVER_TABLE = [
 # frank-zealot with a payload that is on the "host" (the lab's MTP model, where gguf_fetch puts it): its
 # headers are read there and the cuda profile plans the one 24 GiB card
 ZEALOT_TABLE = [
-    r"capacity of frank-zealot \(cuda profile, headers read on the host\)",
+    r"capacity of frank-zealot \(cuda profile, headers read on the host; profile within .+\)",
     r"split: none - one CUDA0",
     r"context: \d+, cache-ram \d+ MiB",
     r"card CUDA0: \d+ layers, \d+\.\d\d GiB free of 24\.00 GiB",
@@ -340,7 +342,7 @@ def test_a_bad_variable_is_refused_before_anything_else(tmp_path, extra, words):
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
     # only the shape check ran before it, and nothing after it
     assert tasks[-1].startswith("Settle the inventory"), tasks
-    assert all(t.startswith(("Refuse a frank-medium shape", "Say which shape")) for t in tasks[:-1]), tasks
+    assert all(t.startswith(("Refuse a serve shape", "Say which shape")) for t in tasks[:-1]), tasks
     assert words in run.stdout, run.stdout[-3000:]
 
 

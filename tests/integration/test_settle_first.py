@@ -36,7 +36,7 @@ OTHERS = ["llama_server_ctx_sise is not a variable of this collection: did you m
           "llama_server_parallel is 'two', not a whole number"]
 UNREACHABLE = {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_ssh_common_args": "-o ConnectTimeout=3"}
 # what may run before the settle step: the shape preflight, and a role's argument check - all on the controller
-BEFORE_SETTLE = ("Refuse a frank-medium shape", "Say which shape", "dankfleet.llm.dankfleet : Validating arguments")
+BEFORE_SETTLE = ("Refuse a serve shape the inventory does not declare", "Say which shape", "dankfleet.llm.dankfleet : Validating arguments")
 SETTLE = "Settle the inventory"
 OFFLINE = "To plan without reaching or changing a host: ansible-playbook playbooks/plan.yml"
 

@@ -266,7 +266,7 @@ def test_other_shapes_are_planned_and_checked(host):
         run = playbook("-i", inventory(), "deploy-frank-medium.yml", "--tags", "fetch,plan",
                        "-e", "frank_medium_shape=" + shape)
         assert run.returncode == 0, shape + "\n" + run.stdout[-4000:] + run.stderr[-2000:]
-        assert "frank-medium shape: " + shape in run.stdout
+        assert "serve shape: " + shape in run.stdout
         assert "Fit table" in run.stdout and "<- chosen" in run.stdout
     bad = playbook("-i", inventory(), "deploy-frank-medium.yml", "--tags", "plan", "-e", "frank_medium_shape=nope")
     assert bad.returncode != 0 and "declares only dflash2 | mtp | dspark" in bad.stdout

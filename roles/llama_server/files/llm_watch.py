@@ -350,7 +350,7 @@ def write_atomic(path, text, mode=0o644):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--unit', required=True, help='the systemd unit, e.g. frank-medium.service')
+    parser.add_argument('--unit', required=True, help='the systemd unit, e.g. llama-server.service')
     parser.add_argument('--identifier', required=True,
                         help="the unit's SyslogIdentifier (kept for older units; lines are the unit's by _SYSTEMD_UNIT)")
     parser.add_argument('--state', required=True, help='the state file (cursor + totals)')

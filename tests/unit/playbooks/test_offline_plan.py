@@ -152,6 +152,18 @@ def test_a_header_without_a_record_is_read_from_the_manifest_url(overlay, tmp_pa
                               "could not be read: http://127.0.0.1:%d/t.gguf: cannot read the header" % port), gone
 
 
+def test_a_header_record_whose_file_is_missing_is_said_as_that(overlay, tmp_path):
+    """The inventory names a record the controller does not hold (a moved file): not "no record", but the path."""
+    gone = tmp_path / "moved.json"
+    (tmp_path / "vars.json").write_text(json.dumps({"dankfleet_plan_header_facts": {"t.gguf": str(gone)}}))
+    summary = msg_of(playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "vars.json")),
+                     "Fleet summary (one verdict per host)")
+    assert summary[1].startswith("gpu-node-2: cannot plan: the payload is not on the host and the header record of t.gguf "
+                                 "is missing: %s is not a file on the controller (dankfleet_plan_header_facts: record it "
+                                 "again with dankfleet.llm.gguf_info, or fix the path)" % gone), summary
+    assert "holds no GGUF header record" not in summary[1]
+
+
 @pytest.fixture(scope="module")
 def moe_overlay(tmp_path_factory):
     """One host, one 24 GiB card (the recorded RTX 3090 board), 64 GiB of RAM and the header record of a

@@ -9,6 +9,7 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
 from ansible_collections.dankfleet.llm.plugins.module_utils import plan_result as pr
 from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
@@ -45,9 +46,18 @@ def test_the_published_plan_says_where_each_value_came_from():
     assert out['tensor_split'] == fit['tensor_split'] and out['ctx_size'] == fit['ctx_size']
     assert out['cache_ram'] == fit['cache_ram_mib'] and out['devices'] == ['ROCm0', 'ROCm1']
     lines = out['capacity']['lines']
-    assert lines[0] == 'capacity of dankserver (hip profile, headers read on the host)'
+    assert lines[0] == ('capacity of dankserver (hip profile, headers read on the host; '
+                        'profile within 0.62 GiB per card of 38 rocm-smi loads on 2x R9700, fitted)')
     assert lines[1] == 'split: %s (layer)' % ':'.join(str(x) for x in fit['tensor_split'])
     assert lines[-1].startswith('binding: ROCm') and 'above the 1.00 GiB floor' in lines[-1]
+    # the output layer's slot said: the cards' layers sum to the blocks, the last card holds the output too
+    first, last = fit['devices']
+    assert lines[-2] == ('layers: -ts %s shares 65 slots, the 64 blocks then the output layer (one slot, on the last '
+                         'card): ROCm0 blocks 0-%d, ROCm1 blocks %d-63 + output'
+                         % (':'.join(str(x) for x in fit['tensor_split']), first['layer_range'][1], last['layer_range'][0]))
+    assert first['layers'] + last['layers'] == 64
+    # the fit table names the devices as the capacity table does
+    assert fit['table'].split('\n')[0] == '-ts | ROCm0 free | ROCm1 free | gap | fits'
     assert out['capacity']['summary'].startswith('dankserver: fits - split ')
 
     pinned = dict(SETTLED, tensor_split=[35, 30], ctx_size=393216, cache_ram=16384)
@@ -217,3 +227,14 @@ def test_the_capacity_says_where_the_projector_is_and_its_peak():
     assert 'the largest that keeps the floor 1024 tokens' in line
     bare = pr.plan_result(plan(cards, lib.fixture('frank_medium'), pr.fit_serve(settled)), settled)
     assert not [x for x in bare['capacity']['lines'] if x.startswith('projector ')]
+
+
+@pytest.mark.parametrize('backend', sorted(fit_plan.PROFILES))
+def test_the_table_says_its_profile_and_how_far_to_trust_it(backend):
+    # issue 37: each capacity table names its backend profile and that profile's measured accuracy, on its first line
+    assert set(fit_plan.PROFILE_ACCURACY) == set(fit_plan.PROFILES)
+    fit, _ = fit_for(SETTLED)
+    line = pr.plan_result(fit, dict(SETTLED, backend=backend), host='h')['capacity']['lines'][0]
+    assert line.startswith('capacity of h (%s profile, headers ' % backend)
+    accuracy = fit_plan.PROFILE_ACCURACY[backend]
+    assert line.endswith('; profile %s)' % accuracy) and re.search(r'\d', accuracy) and 'placeholder' not in line

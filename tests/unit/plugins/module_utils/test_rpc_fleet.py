@@ -69,8 +69,8 @@ def test_the_plan_charges_each_worker_its_own_backends_overhead_and_names_the_ho
     assert over == [fit_plan.RPC_SERVER_OVERHEAD_BYTES["cpu"], fit_plan.PROFILES["cuda"]["device_overhead_bytes"]]
     assert r["devices"][0]["host"] == "w1" and r["devices"][0]["endpoint"] == "10.89.7.11:50052"
     first, last = r["devices"][0]["layer_range"], r["devices"][1]["layer_range"]
-    assert "GPU0 = RPC0 on w1 (10.89.7.11:50052, cpu ggml-rpc-server): blocks %d-%d" % tuple(first) in r["table"]
-    assert "GPU1 = CUDA0 on this host: blocks %d-%d + output" % tuple(last) in r["table"]
+    assert "RPC0 on w1 (10.89.7.11:50052, cpu ggml-rpc-server): blocks %d-%d" % tuple(first) in r["table"]
+    assert "CUDA0 on this host: blocks %d-%d + output" % tuple(last) in r["table"]
     # without a host the plan and table are what they were
     plain = fit_plan.plan([dict(d, host=None, rpc_backend=None) for d in devs], m, serve)
     assert " on " not in plain["table"] and plain["devices"][0]["overhead_bytes"] == over[1]

@@ -252,7 +252,7 @@ def test_a_refused_manifest_is_the_one_cause_not_a_refusal_per_payload_file():
     manifest = [TARGET, dict(TARGET, role='drafter', file='d.gguf', size='big'), dict(TARGET, role='mmproj', file='p.gguf')]
     values = {'gguf_fetch_manifest': manifest, 'llama_server_spec_type': ['draft-dflash'], 'llama_server_vision': True}
     assert messages(run(values)) == ["gguf_fetch_manifest[1].size is 'big', not a whole number: write it as a number "
-                                     "(e.g. size: 2), no quotes or words"]
+                                     "(e.g. size: 31457990112), no quotes or words"]
     # with no manifest entry for them, both are named
     out = run(dict(values, gguf_fetch_manifest=[TARGET]))
     assert {p.variable for p in out['problems']} == {'llama_server_spec_type', 'llama_server_vision'}
@@ -315,3 +315,31 @@ def test_the_image_options_are_serve_inputs_settled_to_their_types():
     assert any(m.startswith('llama_server_image_max_tokens') for m in messages(out)), messages(out)
     out = run({'llama_server_mmproj_offload': 'half'})
     assert any("llama_server_mmproj_offload is 'half', not a boolean" in m for m in messages(out)), messages(out)
+
+
+@pytest.mark.parametrize('name, value, fix', [
+    ('llama_server_ctx_size', 'big', 'write it as a number (e.g. llama_server_ctx_size: 32768), no quotes or words'),
+    ('llama_server_port', 'http', 'write it as a number (e.g. llama_server_port: 8080), no quotes or words'),
+])
+def test_a_number_refusal_shows_a_sensible_example(name, value, fix):
+    # issue 37: one example for every number read "e.g. llama_server_ctx_size: 2"
+    (text,) = [p.message for p in run({name: value})['problems'] if p.variable == name]
+    assert fix in text and ': 2)' not in text
+
+
+def test_every_sample_is_within_its_bounds():
+    for key, sample in s.SAMPLES.items():
+        if key in s.BOUNDS:
+            lo, hi, _ = s.BOUNDS[key]
+            assert lo <= sample <= hi, key
+
+
+def test_the_placeholder_refusal_lists_one_item_per_line():
+    # issue 37: it was one ~1,000-character line; now each placeholder is a refusal of its own, on its own line
+    manifest = [dict(TARGET, size=0, sha256='FILL-the-Hub-LFS-oid'), dict(TARGET, role='drafter', file='FILL-d.gguf')]
+    out = run({'gguf_fetch_manifest': manifest, 'llama_cpp_build_toolchain_sha256': 'FILL-sha'})
+    items = [m for m in messages(out) if 'still to fill' in m]
+    assert len(items) == len(s.checklist_lines(out['checklist'])) >= 3, items
+    assert all('\n' not in item and len(item) < 300 and ('FILL' in item or 'size 0' in item) for item in items), items
+
+
