@@ -82,6 +82,7 @@ llama-server: host-deps venv
 
 models: host-deps venv
 	$(BIN)/python tests/lab/gen_models.py --out "$(DANKFLEET_CACHE)/models" >/dev/null
+	$(BIN)/python benchmarks/moe_models.py "$(DANKFLEET_CACHE)/models" qwen3moe_s >/dev/null
 
 unit: host-deps venv
 	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) tests/unit

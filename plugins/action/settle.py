@@ -138,7 +138,8 @@ class ActionModule(ActionBase):
             devices = values.get('llama_server_devices')
             shape, refused = serve_shape(serve['tensor_split'], serve['ctx_size'], serve['cache_ram'], args['plan'],
                                          parallel=serve['parallel'],
-                                         devices=devices if isinstance(devices, list) else None)
+                                         devices=devices if isinstance(devices, list) else None,
+                                         n_cpu_moe=serve['n_cpu_moe'])
             out['shape'] = shape
             problems = refused + problems
         unknown = [p for p in problems if p.kind == 'unknown']

@@ -10,7 +10,8 @@ version_added: 0.1.0
 description:
   - Maps the settled C(llama_server_*) values (C(dankfleet_settled.serve), the C(llm_plan) role's C(llm_plan_serve))
     onto the planner's C(serve) dict - a split of V([]) becomes C(auto), a context of V(0) becomes C(max), a
-    cache-ram of C(auto) stays C(auto), so the planner chooses exactly what the inventory left open.
+    cache-ram of C(auto) stays C(auto), an n_cpu_moe of C(auto) stays C(auto), so the planner chooses exactly what the
+    inventory left open.
   - The logic lives in C(plugins/module_utils/plan_result.py).
 options:
   _input:

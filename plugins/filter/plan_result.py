@@ -10,8 +10,8 @@ version_added: 0.1.0
 description:
   - Builds the planned part of the C(llm_plan) result the C(dankfleet.llm.llm_plan) role publishes and the
     C(dankfleet.llm.llama_server) role takes as its one plan input (C(llama_server_llm_plan)) - the split, the
-    context and the cache-ram to serve with, where each came from (C(pinned) by the inventory, C(planned) by the
-    planner), the fit, and the capacity table.
+    context, the cache-ram and the MoE blocks whose experts stay on the host (C(n_cpu_moe)) to serve with, where
+    each came from (C(pinned) by the inventory, C(planned) by the planner), the fit, and the capacity table.
   - The fit's errors and warnings name the inventory variables the operator edits (C(llama_server_ctx_size),
     C(dankfleet_plan_floor_bytes)) instead of the planner's C(serve.*) fields.
   - The logic lives in C(plugins/module_utils/plan_result.py).
@@ -22,7 +22,8 @@ options:
     required: true
   serve:
     description: The serve settings the fit sized - the settled ones (a split of V([]), a context of V(0), a cache-ram
-      of C(auto) are open) or the planner's own C(serve) dict (C(auto), C(max), C(auto)).
+      of C(auto), an n_cpu_moe of C(auto) are open) or the planner's own C(serve) dict (C(auto), C(max), C(auto),
+      C(auto)).
     type: dict
     required: true
   host:
@@ -65,8 +66,12 @@ _value:
     cache_ram:
       description: The C(--cache-ram) MiB to serve with, or C(auto) when the planner gave none.
       type: raw
+    n_cpu_moe:
+      description: The C(--n-cpu-moe) to serve with - the pinned one, or the planner's choice (its
+        C(n_cpu_moe_choice)) where it was left C(auto); V(0) where C(auto) left nothing to choose.
+      type: int
     origin:
-      description: C(pinned) or C(planned), for C(tensor_split), C(ctx_size) and C(cache_ram).
+      description: C(pinned) or C(planned), for C(tensor_split), C(ctx_size), C(cache_ram) and C(n_cpu_moe).
       type: dict
     fit:
       description: The fit, its C(errors) and C(warnings) naming inventory variables.

@@ -6,15 +6,16 @@
 Plain Python (no Ansible import), unit-tested like fit_plan:
 
 * ``fit_serve``: the ``serve`` dict fit_plan sizes, from the settled ``llama_server_*`` values (``[]`` / ``0`` /
-  ``auto`` leave the split, the context and the cache-ram to the planner) and the plan's floor and lean;
+  ``auto`` leave the split, the context, the cache-ram and n_cpu_moe to the planner) and the plan's floor and lean;
 * ``inventory_names``: fit_plan's messages name its own ``serve.*`` fields; the operator edits inventory
   variables, so every published error and warning names those (``serve.ctx_size`` -> ``llama_server_ctx_size``,
   ``floor_bytes`` -> ``dankfleet_plan_floor_bytes``);
-* ``plan_result``: the planned part of ``llm_plan`` -- the split, context and cache-ram to serve with, where
-  each came from (``pinned`` by the inventory, ``planned`` by the planner), the fit, the capacity table;
+* ``plan_result``: the planned part of ``llm_plan`` -- the split, context, cache-ram and MoE blocks whose experts
+  stay on the host (n_cpu_moe) to serve with, where each came from (``pinned`` by the inventory, ``planned`` by
+  the planner), the fit, the capacity table;
 * ``serve_shape``: the serve role's reading of that result -- refused when the plan has errors, does not fit,
-  or was made for another split/context/cache-ram than the role's own values; else the values the env file
-  carries, with their origin.
+  or was made for another split/context/cache-ram/n_cpu_moe than the role's own values; else the values the env
+  file carries, with their origin.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -92,7 +93,8 @@ def fit_serve(serve, floor_bytes=0, lean_layers=0):
         "floor_bytes": int(floor_bytes or 0),
         "lean_layers": int(lean_layers or 0),
         "cache_ram_mib": serve.get("cache_ram", serve.get("cache_ram_mib", "auto")),
-        "n_cpu_moe": int(serve.get("n_cpu_moe") or 0),
+        # auto: with an auto split at ctx_size max the planner chooses it (fit_plan's n_cpu_moe_choice), else 0
+        "n_cpu_moe": "auto" if str(serve.get("n_cpu_moe")) == "auto" else int(serve.get("n_cpu_moe") or 0),
         "cpu_moe": bool(serve.get("cpu_moe")),
         "load_mode": serve.get("load_mode") or "auto",
         # the projector: where it runs, and the image-token limits (0: the projector type's own)
@@ -117,13 +119,18 @@ def plan_result(fit, serve, host="this host", reads="host"):
     """The planned part of llm_plan from fit_plan's result and the serve settings it sized (either shape).
 
     Returns {planned, fits, reads, fit (messages in inventory names), devices, floor_bytes, tensor_split,
-    ctx_size, cache_ram, origin, capacity {fits, summary, lines}}."""
+    ctx_size, cache_ram, n_cpu_moe, origin, capacity {fits, summary, lines}}."""
     fit = copy.deepcopy(fit or {})
     for key in ("errors", "warnings"):
         fit[key] = [inventory_names(m) for m in fit.get(key) or []]
     if isinstance(fit.get("drafter_unused"), str):
         fit["drafter_unused"] = inventory_names(fit["drafter_unused"])
+    choice = fit.get("n_cpu_moe_choice") if isinstance(fit.get("n_cpu_moe_choice"), dict) else None
+    if choice and isinstance(choice.get("reason"), str):
+        choice["reason"] = inventory_names(choice["reason"])
     pinned = _pinned(serve)
+    # fit_plan chooses n_cpu_moe only where it was left open (auto, or absent from its own serve shape)
+    pinned["n_cpu_moe"] = pinned["n_cpu_moe"] and not choice
     devices = fit.get("devices") or []
     floor = int(fit.get("floor_bytes") or 0)
     fits = bool(fit.get("fits"))
@@ -165,10 +172,13 @@ def plan_result(fit, serve, host="this host", reads="host"):
     experts = fit.get("host_experts") or {}
     if experts.get("bytes"):
         setting = "llama_server_cpu_moe" if experts.get("cpu_moe") else "llama_server_n_cpu_moe %d%s" % (
-            experts["n_cpu_moe"], ", chosen by the planner" if fit.get("n_cpu_moe_choice") else "")
+            experts["n_cpu_moe"], ", chosen by the planner" if choice else "")
         lines.append("experts on the host: blocks %d-%d (%s), %s GiB %s (load mode %s)" % (
             experts["block_range"][0], experts["block_range"][1], setting, _gib(experts["bytes"]), experts["memory"],
             experts["load_mode"]))
+    elif experts and not pinned["n_cpu_moe"]:
+        # auto, and every expert stays on the GPUs: the planner's choice too
+        lines.append("experts on the host: none (llama_server_n_cpu_moe 0, chosen by the planner)")
     vision = fit.get("mmproj")
     if isinstance(vision, dict) and vision.get("peak_bytes") is not None:
         # issue 34: where the projector is and what its largest image adds beyond the load
@@ -191,6 +201,11 @@ def plan_result(fit, serve, host="this host", reads="host"):
         cache_ram = int(serve.get("cache_ram", serve.get("cache_ram_mib")))
     else:
         cache_ram = "auto" if cache_mib is None else int(cache_mib)
+    if choice:
+        n_cpu_moe = int(choice["n_cpu_moe"])
+    else:
+        # pinned, or auto where the planner had nothing to choose (a pinned split or context, a dense model): 0
+        n_cpu_moe = int(serve.get("n_cpu_moe")) if pinned["n_cpu_moe"] and _int_like(serve.get("n_cpu_moe")) else 0
     return {
         "planned": True,
         "fits": fits,
@@ -201,6 +216,7 @@ def plan_result(fit, serve, host="this host", reads="host"):
         "tensor_split": tensor_split,
         "ctx_size": ctx_size,
         "cache_ram": cache_ram,
+        "n_cpu_moe": n_cpu_moe,
         "origin": dict((k, "pinned" if v else "planned") for k, v in pinned.items()),
         "capacity": {
             "fits": fits,
@@ -217,23 +233,25 @@ def _same(key, here, there):
             return [float(x) for x in here] == [float(x) for x in there or []]
         except (TypeError, ValueError):
             return False
-    if key == "ctx_size":
-        return _int_like(there) and int(here) == int(there)
+    if key in ("ctx_size", "n_cpu_moe"):
+        return _int_like(here) and _int_like(there) and int(here) == int(there)
     return str(here) == str(there)
 
 
-def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
-    """The serve role's reading of llm_plan for its own llama_server_tensor_split / _ctx_size / _cache_ram.
+def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None, n_cpu_moe=0):
+    """The serve role's reading of llm_plan for its own llama_server_tensor_split / _ctx_size / _cache_ram /
+    _n_cpu_moe.
 
-    Returns (shape, problems): shape {tensor_split, ctx_size, cache_ram, origin} is what the env file carries --
-    the plan's value where the inventory left it open, the pinned one where it set it, the configured one when
-    no plan ran (origin open); problems lists why this plan cannot be served (errors, does not fit, made for
-    another shape) and a shape llama.cpp would not run as given (a context that does not divide over the slots,
-    a split with a share per device other than llama_server_devices)."""
+    Returns (shape, problems): shape {tensor_split, ctx_size, cache_ram, n_cpu_moe, origin} is what the env file
+    carries -- the plan's value where the inventory left it open, the pinned one where it set it, the configured
+    one when no plan ran (origin open; an n_cpu_moe of auto is then 0, llama.cpp's own: every expert on the
+    GPUs); problems lists why this plan cannot be served (errors, does not fit, made for another shape) and a
+    shape llama.cpp would not run as given (a context that does not divide over the slots, a split with a share
+    per device other than llama_server_devices)."""
     plan = llm_plan or {}
     fit = plan.get("fit") or {}
     problems = []
-    here = {"tensor_split": split, "ctx_size": ctx_size, "cache_ram": cache_ram}
+    here = {"tensor_split": split, "ctx_size": ctx_size, "cache_ram": cache_ram, "n_cpu_moe": n_cpu_moe}
     mine = _pinned(here)
     if fit:
         if fit.get("errors"):
@@ -244,7 +262,9 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
                                     + str(fit.get("table") or "(no table)")))
     if plan:
         origin = plan.get("origin") or {}
-        differ = [k for k in ("tensor_split", "ctx_size", "cache_ram")
+        # a plan published before n_cpu_moe had an origin says nothing of it: it was made for the role's value
+        keys = ("tensor_split", "ctx_size", "cache_ram") + (("n_cpu_moe",) if "n_cpu_moe" in origin else ())
+        differ = [k for k in keys
                   if mine[k] != (origin.get(k) == "pinned") or (mine[k] and not _same(k, here[k], plan.get(k)))]
         if differ:
             problems.append(Problem(", ".join("llama_server_" + k for k in differ), (
@@ -256,7 +276,9 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
         shape = {
             "tensor_split": list(plan.get("tensor_split") or []),
             "ctx_size": int(plan["ctx_size"]) if _int_like(plan.get("ctx_size")) else 0,
-            "origin": dict(origin) or _origin(here),
+            "n_cpu_moe": int(plan["n_cpu_moe"]) if "n_cpu_moe" in origin and _int_like(plan.get("n_cpu_moe")) else (
+                int(n_cpu_moe) if mine["n_cpu_moe"] and _int_like(n_cpu_moe) else 0),
+            "origin": dict(_origin(here), **origin) if origin else _origin(here),
         }
         planned_cache = plan.get("cache_ram")
         if planned_cache is not None and str(planned_cache) != "auto":
@@ -270,6 +292,7 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None):
             "tensor_split": list(split) if isinstance(split, (list, tuple)) else [],
             "ctx_size": int(ctx_size) if _int_like(ctx_size) else 0,
             "cache_ram": int(cache_ram) if mine["cache_ram"] and _int_like(cache_ram) else DEFAULT_CACHE_RAM_MIB,
+            "n_cpu_moe": int(n_cpu_moe) if mine["n_cpu_moe"] and _int_like(n_cpu_moe) else 0,
             "origin": _origin(here),
         }
     # a value the inventory pinned is checked by the settle step itself (settle.serve_problems)

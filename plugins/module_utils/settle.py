@@ -65,7 +65,7 @@ PLAN_SERVE = (
     ("cache_ram", "raw"), ("parallel", "int"), ("batch_size", "int"), ("ubatch_size", "int"),
     ("cache_type_k", "str"), ("cache_type_v", "str"), ("flash_attn", "raw"), ("spec_type", "list"),
     ("spec_draft_n_max", "int"), ("spec_draft_device", "str"), ("vision", "bool"), ("rpc", "list"),
-    ("n_cpu_moe", "int"), ("cpu_moe", "bool"), ("load_mode", "str"),
+    ("n_cpu_moe", "raw"), ("cpu_moe", "bool"), ("load_mode", "str"),
     ("mmproj_device", "str"), ("mmproj_offload", "raw"), ("image_min_tokens", "int"), ("image_max_tokens", "int"),
 )
 PAYLOAD_ROLES = ("target", "drafter", "mmproj")
@@ -221,6 +221,8 @@ SAMPLES = {
     "llama_server_min_p": 0.05, "llama_server_top_k": 40, "llama_server_gpu_layers": 999, "llama_server_threads": 8,
     "llama_server_threads_batch": 8, "llama_server_spec_draft_n_max": 3, "gguf_fetch_manifest[].size": 31457990112,
 }
+# Numbers that also take one word: the number's BOUNDS, or the word (the planner chooses the number).
+OR_WORD = {"llama_server_n_cpu_moe": "auto"}
 # Strings that are prose (a prompt): a newline or a tab is theirs, other control characters are not.
 FREE_TEXT = frozenset(("llama_server_gate_prompt", "llama_server_gate_spec_prompt"))
 # Values never quoted in a refusal.
@@ -279,6 +281,30 @@ class _Whole(tr.Shape):
             _say(source, path, "is %s, not a whole number: write it as a number%s, no quotes or words"
                  % (tr.quote(value), _example(source, path, self.sample)))
         return _within(number, value, self.bounds, source, path)
+
+
+class _WholeOrWord(_Whole):
+    """A whole number in its bounds, or the one word that leaves the number to the planner (n_cpu_moe: auto)."""
+
+    def __init__(self, bounds, word, sample=None):
+        _Whole.__init__(self, bounds, sample)
+        self.word = word
+        self.expect = "a whole number or %s" % word
+
+    def read(self, value, source, path=""):
+        _present(value, source, path)
+        if isinstance(value, str) and value.strip().lower() == self.word:
+            return self.word
+        try:
+            number = tr.Int(text=True).read(value, source, path)
+        except tr.ShapeError:
+            _say(source, path, "is %s, neither a whole number nor %s: write a number (%s), or %s for the planner's "
+                 "choice" % (tr.quote(value), self.word, _example(source, path, self.sample).strip(" ()") or "e.g. 8", self.word))
+        lo, hi, why = self.bounds
+        if not lo <= number <= hi:
+            _say(source, path, "is %s, out of range: give a number from %s to %s (%s), or %s for the planner's choice"
+                 % (tr.quote(value), lo, hi, why, self.word))
+        return number
 
 
 class _Number(tr.Shape):
@@ -451,6 +477,8 @@ def spec_shape(spec, key):
         shape = _Mapping()
     elif kind == "int":
         shape = _Whole(BOUNDS.get(key), SAMPLES.get(key))
+    elif kind == "raw" and key in OR_WORD:
+        shape = _WholeOrWord(BOUNDS.get(key), OR_WORD[key], SAMPLES.get(key))
     elif kind == "float" or (kind == "raw" and key in BOUNDS and key.endswith("[]")):
         shape = _Number(BOUNDS.get(key), SAMPLES.get(key))
     elif kind == "bool":
@@ -646,9 +674,10 @@ def int_like(value):
 
 
 def pinned(serve):
-    """{tensor_split, ctx_size, cache_ram: bool}: which of the three the inventory set (the planner chooses the rest).
-    Reads both shapes: the settled serve values ([] / 0 / auto open) and fit_plan's serve dict (auto / max / an
-    absent or auto cache_ram_mib open)."""
+    """{tensor_split, ctx_size, cache_ram, n_cpu_moe: bool}: which of the four the inventory set (the planner chooses
+    the rest). Reads both shapes: the settled serve values ([] / 0 / auto open) and fit_plan's serve dict (auto /
+    max / an absent or auto cache_ram_mib open). n_cpu_moe is open only as auto: absent, it is the role's default
+    0 (plan_result marks it planned where fit_plan chose it for an absent one)."""
     split = serve.get("tensor_split")
     ctx = serve.get("ctx_size")
     cache = serve.get("cache_ram", serve.get("cache_ram_mib"))
@@ -656,11 +685,13 @@ def pinned(serve):
         "tensor_split": isinstance(split, (list, tuple)) and len(split) > 0,
         "ctx_size": int_like(ctx) and int(ctx) > 0,
         "cache_ram": cache is not None and str(cache) != "auto",
+        "n_cpu_moe": str(serve.get("n_cpu_moe")) != "auto",
     }
 
 
 def origin(serve):
-    """pinned (the inventory set it) or open (the planner chooses) for the split, the context and the cache-ram."""
+    """pinned (the inventory set it) or open (the planner chooses) for the split, the context, the cache-ram and
+    the MoE blocks whose experts stay on the host."""
     return dict((key, "pinned" if set_here else "open") for key, set_here in pinned(serve).items())
 
 

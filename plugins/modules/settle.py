@@ -120,13 +120,13 @@ placeholders:
   elements: dict
 shape:
   description:
-    - With O(plan) - what the env file carries - C(tensor_split), C(ctx_size), C(cache_ram) (the plan's where the
-      inventory left them open, the pinned ones where it set them, the configured ones when no plan ran) and
-      C(origin) (C(pinned), C(planned) or C(open)) of each.
+    - With O(plan) - what the env file carries - C(tensor_split), C(ctx_size), C(cache_ram), C(n_cpu_moe) (the
+      plan's where the inventory left them open, the pinned ones where it set them, the configured ones when no plan
+      ran; an n_cpu_moe of C(auto) is then V(0)) and C(origin) (C(pinned), C(planned) or C(open)) of each.
   returned: when O(plan) is given
   type: dict
-  sample: {tensor_split: [35, 30], ctx_size: 393216, cache_ram: 16384,
-           origin: {tensor_split: pinned, ctx_size: pinned, cache_ram: planned}}
+  sample: {tensor_split: [35, 30], ctx_size: 393216, cache_ram: 16384, n_cpu_moe: 0,
+           origin: {tensor_split: pinned, ctx_size: pinned, cache_ram: planned, n_cpu_moe: pinned}}
 problems:
   description: Every problem (C(variable), C(msg)); the task fails when there is one.
   returned: always

@@ -200,3 +200,35 @@ def test_a_30b_a3b_moe_on_one_24gib_card_plans_offline_with_experts_on_the_host(
     for task in tasks(result):
         if short(task) in HOST_READS:
             assert not ran(task, "moe-node"), task["task"]["name"]
+
+
+def published_plan(result, host):
+    (task,) = [t for t in tasks(result) if short(t).startswith("Publish the plan")]
+    return task["hosts"][host]["ansible_facts"]["llm_plan"]
+
+
+def test_the_planner_chooses_n_cpu_moe_offline_and_says_so(moe_overlay, tmp_path):
+    """issue 38: llama_server_n_cpu_moe: auto with the split and the context left to the planner ([] and 0): two
+    full 40960-token windows of the 30B-A3B do not fit the 24 GiB card with every expert on it, so the plan keeps
+    the fewest blocks' experts on the host that reach them, publishes that number (origin planned) for the serve
+    role's env file, and the capacity table says the planner chose it. Pinned, the same number plans the same."""
+    (tmp_path / "auto.json").write_text(json.dumps({
+        "llama_server_n_cpu_moe": "auto", "llama_server_tensor_split": [], "llama_server_ctx_size": 0,
+        "llama_server_parallel": 2}))
+    result = playbook(moe_overlay, "playbooks/plan.yml", "--limit", "moe-node", "-e", "@%s" % (tmp_path / "auto.json"))
+    llm_plan = published_plan(result, "moe-node")
+    n = llm_plan["n_cpu_moe"]
+    assert llm_plan["fits"] and isinstance(n, int) and 0 < n < 48, llm_plan["capacity"]
+    assert llm_plan["origin"]["n_cpu_moe"] == "planned" and llm_plan["ctx_size"] == 2 * 40960
+    assert llm_plan["fit"]["n_cpu_moe_choice"]["reason"].startswith("llama_server_n_cpu_moe chosen by the planner: %d" % n)
+    table = msg_of(result, "Show the capacity table")
+    assert "experts on the host: blocks 0-%d (llama_server_n_cpu_moe %d, chosen by the planner)" % (n - 1, n) in " ".join(table)
+    summary = msg_of(result, "Fleet summary (one verdict per host)")
+    assert summary[1].startswith("moe-node: fits - split none - one CUDA0, context 81920 (2 x 40960)"), summary
+    # the number pinned: the same plan, pinned, and nothing said of a choice
+    result = playbook(moe_overlay, "playbooks/plan.yml", "--limit", "moe-node", "-e", "@%s" % (tmp_path / "auto.json"),
+                      "-e", "llama_server_n_cpu_moe=%d" % n)
+    pinned = published_plan(result, "moe-node")
+    assert pinned["n_cpu_moe"] == n and pinned["origin"]["n_cpu_moe"] == "pinned"
+    assert pinned["fit"]["devices"] == llm_plan["fit"]["devices"] and pinned["fit"]["n_cpu_moe_choice"] is None
+    assert "chosen by the planner" not in " ".join(msg_of(result, "Show the capacity table"))

@@ -42,7 +42,8 @@ def test_the_published_plan_says_where_each_value_came_from():
     fit, _ = fit_for(SETTLED)
     out = pr.plan_result(fit, SETTLED, host='dankserver')
     assert out['planned'] and out['fits'] is True
-    assert out['origin'] == {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned'}
+    assert out['origin'] == {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned',
+                             'n_cpu_moe': 'pinned'}
     assert out['tensor_split'] == fit['tensor_split'] and out['ctx_size'] == fit['ctx_size']
     assert out['cache_ram'] == fit['cache_ram_mib'] and out['devices'] == ['ROCm0', 'ROCm1']
     lines = out['capacity']['lines']
@@ -63,7 +64,7 @@ def test_the_published_plan_says_where_each_value_came_from():
     pinned = dict(SETTLED, tensor_split=[35, 30], ctx_size=393216, cache_ram=16384)
     fit, _ = fit_for(pinned)
     out = pr.plan_result(fit, pinned, host='dankserver', reads='recorded')
-    assert out['origin'] == {'tensor_split': 'pinned', 'ctx_size': 'pinned', 'cache_ram': 'pinned'}
+    assert out['origin'] == {'tensor_split': 'pinned', 'ctx_size': 'pinned', 'cache_ram': 'pinned', 'n_cpu_moe': 'pinned'}
     assert (out['tensor_split'], out['ctx_size'], out['cache_ram']) == ([35, 30], 393216, 16384)
     assert 'headers recorded on the controller' in out['capacity']['lines'][0]
 
@@ -94,13 +95,13 @@ def test_the_serve_role_reads_the_plan_it_was_made_for():
     shape, problems = pr.serve_shape([], 0, 'auto', llm_plan, parallel=2, devices=['ROCm0', 'ROCm1'])
     assert problems == []
     assert shape == {'tensor_split': llm_plan['tensor_split'], 'ctx_size': llm_plan['ctx_size'],
-                     'cache_ram': llm_plan['cache_ram'], 'origin': llm_plan['origin']}
+                     'cache_ram': llm_plan['cache_ram'], 'n_cpu_moe': 0, 'origin': llm_plan['origin']}
 
 
 def test_without_a_plan_the_configured_values_are_served_open():
     shape, problems = pr.serve_shape([], 8192, 'auto', {}, parallel=2)
     assert problems == [] and shape['ctx_size'] == 8192 and shape['cache_ram'] == pr.DEFAULT_CACHE_RAM_MIB
-    assert shape['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open'}
+    assert shape['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open', 'n_cpu_moe': 'pinned'}
     # a malformed value is the settle step's to report; here it never crashes
     shape, problems = pr.serve_shape('35,30', 'lots', 'plenty', {})
     assert shape['tensor_split'] == [] and shape['ctx_size'] == 0 and shape['cache_ram'] == pr.DEFAULT_CACHE_RAM_MIB
@@ -238,3 +239,75 @@ def test_the_table_says_its_profile_and_how_far_to_trust_it(backend):
     assert line.startswith('capacity of h (%s profile, headers ' % backend)
     accuracy = fit_plan.PROFILE_ACCURACY[backend]
     assert line.endswith('; profile %s)' % accuracy) and re.search(r'\d', accuracy) and 'placeholder' not in line
+
+
+# --- llama_server_n_cpu_moe: auto (issue 38) -----------------------------------------------------------------
+
+# two full 40960-token windows do not fit one 24 GiB card with every expert on it
+MOE_AUTO = dict(SETTLED, backend='cuda', parallel=2, spec_type=[], tensor_split=[], ctx_size=0, n_cpu_moe='auto')
+CARD_24 = [{'name': 'RTX 3090', 'vram_total_bytes': 24 * GIB}]
+
+
+def moe_plan(settled):
+    serve = pr.fit_serve(settled, floor_bytes=GIB // 2)
+    fit = plan(CARD_24, lib.fixture('qwen3moe_30b_a3b'), serve, host_ram_bytes=64 * GIB)
+    return fit, pr.plan_result(fit, settled, host='moe')
+
+
+def test_n_cpu_moe_auto_is_the_planners_number_and_says_so():
+    """auto reaches fit_plan as auto; its choice is the published n_cpu_moe (origin planned), the capacity table and
+    the choice's reason say the planner chose it, and the serve role with auto serves that number."""
+    assert pr.fit_serve(MOE_AUTO)['n_cpu_moe'] == 'auto'
+    fit, out = moe_plan(MOE_AUTO)
+    n = fit['n_cpu_moe_choice']['n_cpu_moe']
+    assert fit['fits'] and 0 < n < 48
+    assert out['n_cpu_moe'] == n and out['origin']['n_cpu_moe'] == 'planned'
+    assert ('experts on the host: blocks 0-%d (llama_server_n_cpu_moe %d, chosen by the planner)' % (n - 1, n)
+            in out['capacity']['lines'][-2])
+    reason = out['fit']['n_cpu_moe_choice']['reason']
+    assert reason.startswith('llama_server_n_cpu_moe chosen by the planner: %d' % n) and 'serve.' not in reason
+    shape, problems = pr.serve_shape([], 0, 'auto', out, n_cpu_moe='auto')
+    assert problems == [] and shape['n_cpu_moe'] == n and shape['origin']['n_cpu_moe'] == 'planned'
+    # the same number pinned: the same devices, and nothing chosen
+    fit_pinned, pinned = moe_plan(dict(MOE_AUTO, n_cpu_moe=n))
+    assert fit_pinned['n_cpu_moe_choice'] is None and fit_pinned['devices'] == fit['devices']
+    assert pinned['n_cpu_moe'] == n and pinned['origin']['n_cpu_moe'] == 'pinned'
+    assert 'chosen by the planner' not in ' '.join(pinned['capacity']['lines'])
+
+
+@pytest.mark.parametrize('role_value', [0, 24])
+def test_a_plan_that_chose_n_cpu_moe_is_refused_by_a_role_that_pinned_it(role_value):
+    _, out = moe_plan(MOE_AUTO)
+    _, problems = pr.serve_shape([], 0, 'auto', out, n_cpu_moe=role_value)
+    assert [p.variable for p in problems] == ['llama_server_n_cpu_moe']
+    assert 'The plan was not made for this shape' in problems[0].message
+    # and the other way round: a pinned plan, a role left at auto
+    _, pinned = moe_plan(dict(MOE_AUTO, n_cpu_moe=24))
+    _, problems = pr.serve_shape([], 0, 'auto', pinned, n_cpu_moe='auto')
+    assert [p.variable for p in problems] == ['llama_server_n_cpu_moe']
+    _, problems = pr.serve_shape([], 0, 'auto', pinned, n_cpu_moe=role_value)
+    assert [p.variable for p in problems] == ([] if role_value == 24 else ['llama_server_n_cpu_moe'])
+
+
+def test_n_cpu_moe_auto_with_nothing_to_choose_is_zero_and_says_so():
+    """A pinned context leaves the planner nothing to choose: auto is 0, planned, every expert on the GPUs; a dense
+    model says nothing of experts."""
+    fit, out = moe_plan(dict(MOE_AUTO, ctx_size=8192))
+    assert fit['fits'] and fit['n_cpu_moe_choice'] is None
+    assert out['n_cpu_moe'] == 0 and out['origin']['n_cpu_moe'] == 'planned'
+    assert 'experts on the host: none (llama_server_n_cpu_moe 0, chosen by the planner)' in out['capacity']['lines']
+    dense_fit, _ = fit_for(dict(SETTLED, n_cpu_moe='auto'))
+    dense = pr.plan_result(dense_fit, dict(SETTLED, n_cpu_moe='auto'))
+    assert dense['n_cpu_moe'] == 0 and not [x for x in dense['capacity']['lines'] if x.startswith('experts')]
+
+
+def test_without_a_plan_n_cpu_moe_auto_is_llama_cpps_zero_and_an_older_plan_is_read_as_made_for_the_role():
+    shape, problems = pr.serve_shape([], 8192, 'auto', {}, n_cpu_moe='auto')
+    assert problems == [] and shape['n_cpu_moe'] == 0 and shape['origin']['n_cpu_moe'] == 'open'
+    shape, problems = pr.serve_shape([], 8192, 'auto', {}, n_cpu_moe=12)
+    assert problems == [] and shape['n_cpu_moe'] == 12 and shape['origin']['n_cpu_moe'] == 'pinned'
+    fit, _ = fit_for(SETTLED)
+    older = pr.plan_result(fit, SETTLED)
+    del older['n_cpu_moe'], older['origin']['n_cpu_moe']
+    shape, problems = pr.serve_shape([], 0, 'auto', older, parallel=2, n_cpu_moe=4)
+    assert problems == [] and shape['n_cpu_moe'] == 4 and shape['origin']['n_cpu_moe'] == 'pinned'

@@ -49,7 +49,7 @@ def test_a_clean_inventory_settles_with_the_serve_inputs():
     assert out['payload_paths'] == {'target': '/models/m/m.gguf'}
     assert out['port_handover_units'] == ['old.service', 'radiance.service', 'net-network.service']
     assert out['serve']['ctx_size'] == 8192 and out['serve']['parallel'] == 2
-    assert out['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open'}
+    assert out['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open', 'n_cpu_moe': 'pinned'}
 
 
 def test_every_problem_is_reported_at_once_naming_the_variable():
@@ -293,6 +293,29 @@ def test_experts_on_the_host_are_serve_inputs_settled_to_their_types():
     assert any(m.startswith('llama_server_n_cpu_moe') and '512' in m for m in messages(out)), messages(out)
     out = run({'llama_server_cpu_moe': 'half'})
     assert any("llama_server_cpu_moe is 'half', not a boolean" in m for m in messages(out)), messages(out)
+
+
+@pytest.mark.parametrize('value', ['auto', 'AUTO', ' auto'])
+def test_n_cpu_moe_auto_is_left_open_for_the_planner(value):
+    """issue 38: llama_server_n_cpu_moe: auto settles to auto, open for the planner (an int stays pinned)."""
+    out = run({'llama_server_n_cpu_moe': value})
+    assert messages(out) == [] and out['serve']['n_cpu_moe'] == 'auto' and out['origin']['n_cpu_moe'] == 'open'
+    out = run({'llama_server_n_cpu_moe': 0})
+    assert messages(out) == [] and out['serve']['n_cpu_moe'] == 0 and out['origin']['n_cpu_moe'] == 'pinned'
+
+
+@pytest.mark.parametrize('value, said', [
+    ('some', "llama_server_n_cpu_moe is 'some', neither a whole number nor auto: write a number (e.g. "
+             "llama_server_n_cpu_moe: 8), or auto for the planner's choice"),
+    (-1, "llama_server_n_cpu_moe is -1, out of range: give a number from 0 to 512 (blocks whose experts stay in host "
+         "RAM; no model has more than 512 (LLAMA_MAX_LAYERS)), or auto for the planner's choice"),
+    (True, "llama_server_n_cpu_moe is True, neither a whole number nor auto"),
+    ([24], "llama_server_n_cpu_moe is a list, neither a whole number nor auto"),
+    (None, "llama_server_n_cpu_moe is empty (null)"),
+])
+def test_n_cpu_moe_other_than_a_number_or_auto_is_refused_naming_the_fix(value, said):
+    out = run({'llama_server_n_cpu_moe': value})
+    assert [m for m in messages(out) if m.startswith(said)], messages(out)
 
 
 def test_the_load_mode_is_a_serve_input_from_its_choices():

@@ -229,6 +229,33 @@ def test_experts_on_the_host_are_carried_as_settings():
     assert problems == [] and (values['N_CPU_MOE'], values['CPU_MOE']) == ('24', 'on')
 
 
+def test_the_planners_n_cpu_moe_is_what_the_env_file_carries_and_the_plan_file_says_why():
+    """issue 38: with llama_server_n_cpu_moe auto the preflight settles the plan's number
+    (_llama_server_eff_n_cpu_moe): the env file carries it, never the word, and the plan file gives the reason."""
+    reason = ('llama_server_n_cpu_moe chosen by the planner: 7 -- the routed experts of blocks 0-6 stay on the host, '
+              'the fewest blocks whose plan reaches the 40960-token cap per slot')
+    plan = dict(PLAN, n_cpu_moe_choice={'n_cpu_moe': 7, 'reason': reason})
+    origin = {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned', 'n_cpu_moe': 'planned'}
+    _, values, problems = rendered(_llama_server_plan=plan, llama_server_n_cpu_moe='auto', _llama_server_eff_n_cpu_moe=7)
+    assert problems == [] and values['N_CPU_MOE'] == '7'
+    text = narrative(_llama_server_plan=plan, _llama_server_eff_origin=origin, _llama_server_eff_n_cpu_moe=7)
+    assert '# Why N_CPU_MOE 7: llama_server_n_cpu_moe chosen by the planner: 7 -- the routed experts' in text
+    lines = text.splitlines()
+    first = lines.index(next(x for x in lines if x.startswith('# Why N_CPU_MOE 7: ')))
+    assert lines[first + 1].startswith('#   ') and 'per slot' in lines[first + 1]   # the reason wrapped, indented
+    # auto with nothing to choose: 0, and the plan file says the planner kept every expert on the GPUs
+    _, values, _ = rendered(_llama_server_plan=PLAN, llama_server_n_cpu_moe='auto', _llama_server_eff_n_cpu_moe=0)
+    assert values['N_CPU_MOE'] == '0'
+    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_origin=origin, _llama_server_eff_n_cpu_moe=0)
+    assert '# Why N_CPU_MOE 0: llama_server_n_cpu_moe auto - the planner kept every expert on the GPUs.' in text
+    # pinned: the plan file says nothing of it (the env file's reason covers it)
+    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_origin=dict(origin, n_cpu_moe='pinned'))
+    assert 'Why N_CPU_MOE' not in text
+    # the word itself never reaches the env file: its checker refuses it
+    _, _, problems = rendered(llama_server_n_cpu_moe='auto')
+    assert [p for p in problems if 'N_CPU_MOE' in p], problems
+
+
 @pytest.mark.parametrize('mode', ['auto', 'none', 'mmap+mlock'])
 def test_the_load_mode_is_carried_as_a_setting(mode):
     """issue 38: llama_server_load_mode reaches the env file (and so --load-mode), auto unless set."""
