@@ -29,7 +29,7 @@ import numpy as np
 
 import import_paths  # noqa: F401 - tests/lab on sys.path
 import gen_models as g
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGUFWriter
 
 TARGET_LAYERS = [1, 16, 31, 46, 61]
 COMMON = {"n_layer": 5, "n_embd": 5120, "n_head": 32, "n_head_kv": 8, "head_dim": 128, "n_vocab": 248320,
@@ -80,16 +80,7 @@ def _metadata(w, name, p, vocab):
 
     w.add_name(f"dankfleet-lab {name}")
     w.add_file_type(int(g.TENSOR_TYPES[p["tensor_type"]][1]))
-    w.add_uint32(k("context_length"), p["ctx_train"])
-    w.add_uint32(k("embedding_length"), p["n_embd"])
-    w.add_uint32(k("block_count"), p["n_layer"])
-    w.add_uint32(k("feed_forward_length"), p["n_ff"])
-    w.add_uint32(k("attention.head_count"), p["n_head"])
-    w.add_uint32(k("attention.head_count_kv"), p["n_head_kv"])
-    w.add_uint32(k("attention.key_length"), p["head_dim"])
-    w.add_uint32(k("attention.value_length"), p["head_dim"])
-    w.add_float32(k("attention.layer_norm_rms_epsilon"), p["rms_eps"])
-    w.add_float32(k("rope.freq_base"), p["rope_freq_base"])
+    g.add_attention_hparams(w, k, p, p["n_layer"])
     w.add_uint32(k("vocab_size"), p["n_vocab"])
     w.add_array(k("rope.dimension_sections"), [p["head_dim"] // 2, 0, 0, 0])
     w.add_uint32(k("block_size"), p["block_size"])
@@ -100,38 +91,32 @@ def _metadata(w, name, p, vocab):
             w.add_uint32(k(key), p[key])
         w.add_uint32(k("attention.sliding_window"), p["sliding_window"])
         w.add_array(k("attention.sliding_window_pattern"), [True] * p["n_layer"])
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "qwen2")
-    w.add_array("tokenizer.ggml.tokens", vocab["tokens"])
-    w.add_array("tokenizer.ggml.token_type", vocab["types"])
-    w.add_array("tokenizer.ggml.merges", vocab["merges"])
-    w.add_uint32("tokenizer.ggml.bos_token_id", vocab["special"]["<|endoftext|>"])
-    w.add_uint32("tokenizer.ggml.eos_token_id", vocab["special"]["<|im_end|>"])
-    w.add_uint32("tokenizer.ggml.padding_token_id", vocab["special"]["<|endoftext|>"])
-    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    g.add_tokenizer(w, vocab)
     w.add_uint32("tokenizer.ggml.mask_token_id", vocab["special"]["<|mask|>"])
 
 
+def recipe_hash(name, params, *sources):
+    """The manifest's recipe_sha256 of a header-only model: its name, its parameters and the generator's sources."""
+    src = b"".join(Path(f).read_bytes() for f in sources)
+    return hashlib.sha256(json.dumps({"name": name, "params": params}, sort_keys=True).encode() + src).hexdigest()
+
+
 def recipe_sha256(name):
-    src = Path(__file__).read_bytes()
-    return hashlib.sha256(json.dumps({"name": name, "params": MODELS[name]}, sort_keys=True).encode() + src).hexdigest()
+    return recipe_hash(name, MODELS[name], __file__, g.__file__)
 
 
-def write(name, path):
-    """Write drafter `name` header-only (a hole of zeros for the data) to path; its manifest entry."""
-    p = MODELS[name]
+def write_header_only(path, arch, metadata, tensors, recipe, kind):
+    """Write a GGUF of architecture `arch` to path atomically, header only (the data a hole of zeros): metadata(w)
+    writes its KV pairs, `tensors` yields (name, shape, nbytes, stored type); its manifest entry."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    vocab = g.build_vocab(p["n_vocab"])
-    qtype = g.TENSOR_TYPES[p["tensor_type"]][0]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     os.close(fd)
     try:
-        w = GGUFWriter(tmp, "dflash")
-        _metadata(w, name, p, vocab)
+        w = GGUFWriter(tmp, arch)
+        metadata(w)
         total = 0
-        for tname, shape, role in _tensors(p):
-            nbytes, stored = g._stored_nbytes(shape, role, qtype)
+        for tname, shape, nbytes, stored in tensors:
             w.add_tensor_info(tname, list(reversed(shape)), np.dtype(np.float32), nbytes, raw_dtype=stored)
             total += GGUFWriter.ggml_pad(nbytes, w.data_alignment)
         w.write_header_to_file()
@@ -149,19 +134,39 @@ def write(name, path):
             os.unlink(tmp)
         raise
     return {"path": str(path), "size": path.stat().st_size, "sha256": None, "header_only": True, "seed": None,
-            "recipe_sha256": recipe_sha256(name), "kind": p["kind"]}
+            "recipe_sha256": recipe, "kind": kind}
 
 
-def ensure(name, out_dir):
+def ensure_header_only(name, out_dir, write_fn, recipe):
+    """`name`.gguf under out_dir, written by write_fn(name, path) unless its manifest names this recipe and size."""
     path = Path(out_dir) / f"{name}.gguf"
     manifest = path.with_suffix(".json")
     if path.exists() and manifest.exists():
         entry = json.loads(manifest.read_text())
-        if entry.get("recipe_sha256") == recipe_sha256(name) and entry.get("size") == path.stat().st_size:
+        if entry.get("recipe_sha256") == recipe and entry.get("size") == path.stat().st_size:
             return entry
-    entry = write(name, path)
+    entry = write_fn(name, path)
     manifest.write_text(json.dumps(entry, indent=1) + "\n")
     return entry
+
+
+def write(name, path):
+    """Write drafter `name` header-only (a hole of zeros for the data) to path; its manifest entry."""
+    p = MODELS[name]
+    vocab = g.build_vocab(p["n_vocab"])
+    qtype = g.TENSOR_TYPES[p["tensor_type"]][0]
+
+    def tensors():
+        for tname, shape, role in _tensors(p):
+            nbytes, stored = g._stored_nbytes(shape, role, qtype)
+            yield tname, shape, nbytes, stored
+
+    return write_header_only(path, "dflash", lambda w: _metadata(w, name, p, vocab), tensors(), recipe_sha256(name),
+                             p["kind"])
+
+
+def ensure(name, out_dir):
+    return ensure_header_only(name, out_dir, write, recipe_sha256(name))
 
 
 if __name__ == "__main__":

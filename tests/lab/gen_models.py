@@ -436,6 +436,35 @@ def _qwen35_rope_sections(n_rot: int) -> list[int]:
     return [a, a, half - 2 * a, 0]
 
 
+def add_attention_hparams(w: GGUFWriter, k, p: dict, block_count: int) -> None:
+    """The attention model's hyperparameters every generated model carries, in this order; k(suffix) is the
+    architecture's key (also benchmarks/block_drafters.py and moe_models.py)."""
+    w.add_uint32(k("context_length"), p["ctx_train"])
+    w.add_uint32(k("embedding_length"), p["n_embd"])
+    w.add_uint32(k("block_count"), block_count)
+    w.add_uint32(k("feed_forward_length"), p["n_ff"])
+    w.add_uint32(k("attention.head_count"), p["n_head"])
+    w.add_uint32(k("attention.head_count_kv"), p["n_head_kv"])
+    w.add_uint32(k("attention.key_length"), p["head_dim"])
+    w.add_uint32(k("attention.value_length"), p["head_dim"])
+    w.add_float32(k("attention.layer_norm_rms_epsilon"), p["rms_eps"])
+    w.add_float32(k("rope.freq_base"), p["rope_freq_base"])
+
+
+def add_tokenizer(w: GGUFWriter, vocab: dict) -> None:
+    """The lab vocabulary (build_vocab) as llama.cpp's gpt2/qwen2 BPE tokenizer keys: ChatML's end-of-text as
+    BOS and padding, <|im_end|> as EOS, no BOS added."""
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "qwen2")
+    w.add_array("tokenizer.ggml.tokens", vocab["tokens"])
+    w.add_array("tokenizer.ggml.token_type", vocab["types"])
+    w.add_array("tokenizer.ggml.merges", vocab["merges"])
+    w.add_uint32("tokenizer.ggml.bos_token_id", vocab["special"]["<|endoftext|>"])
+    w.add_uint32("tokenizer.ggml.eos_token_id", vocab["special"]["<|im_end|>"])
+    w.add_uint32("tokenizer.ggml.padding_token_id", vocab["special"]["<|endoftext|>"])
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+
+
 def _write_metadata(w: GGUFWriter, kind: str, p: dict, vocab: dict) -> dict:
     """Writes every KV pair; returns the header facts the manifest reports."""
     arch = ARCHITECTURES[kind]
@@ -451,16 +480,7 @@ def _write_metadata(w: GGUFWriter, kind: str, p: dict, vocab: dict) -> dict:
     def k(suffix):
         return f"{arch}.{suffix}"
 
-    w.add_uint32(k("context_length"), p["ctx_train"])
-    w.add_uint32(k("embedding_length"), p["n_embd"])
-    w.add_uint32(k("block_count"), n_block)
-    w.add_uint32(k("feed_forward_length"), p["n_ff"])
-    w.add_uint32(k("attention.head_count"), p["n_head"])
-    w.add_uint32(k("attention.head_count_kv"), p["n_head_kv"])
-    w.add_uint32(k("attention.key_length"), p["head_dim"])
-    w.add_uint32(k("attention.value_length"), p["head_dim"])
-    w.add_float32(k("attention.layer_norm_rms_epsilon"), p["rms_eps"])
-    w.add_float32(k("rope.freq_base"), p["rope_freq_base"])
+    add_attention_hparams(w, k, p, n_block)
     w.add_uint32(k("vocab_size"), p["n_vocab"])
 
     facts = {"block_count": n_block, "n_layer": p["n_layer"]}
@@ -510,15 +530,7 @@ def _write_metadata(w: GGUFWriter, kind: str, p: dict, vocab: dict) -> dict:
                      target_layers=list(p["target_layers"]), mask_token_id=vocab["special"]["<|mask|>"],
                      layer_kinds=["swa"] * p["n_layer"])
 
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "qwen2")
-    w.add_array("tokenizer.ggml.tokens", vocab["tokens"])
-    w.add_array("tokenizer.ggml.token_type", vocab["types"])
-    w.add_array("tokenizer.ggml.merges", vocab["merges"])
-    w.add_uint32("tokenizer.ggml.bos_token_id", vocab["special"]["<|endoftext|>"])
-    w.add_uint32("tokenizer.ggml.eos_token_id", vocab["special"]["<|im_end|>"])
-    w.add_uint32("tokenizer.ggml.padding_token_id", vocab["special"]["<|endoftext|>"])
-    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    add_tokenizer(w, vocab)
     if arch == "dflash":
         w.add_uint32("tokenizer.ggml.mask_token_id", vocab["special"]["<|mask|>"])
     w.add_string("tokenizer.chat_template", CHAT_TEMPLATE)
