@@ -6,7 +6,7 @@ DSpark-like one (no window: 5 GiB of draft KV at 262144, block 7, n_max 6), from
 the drafter pinned to the second device (a ggml-rpc-server with the CUDA backend, the target's output
 device under -ts 1,1), on the target's only device, and split like the target; f16 and q8_0 KV (target and
 draft), ubatch 512 and 2048; every load with a fresh ggml-rpc-server, llama.cpp's buffer lines and nvidia-smi
-per process after a first drafted completion. Recorded by tests/gpu/block_drafter_pipeline.sh.
+per process after a first drafted completion. Recorded by tests/gpu/set_pipeline.sh (SET=block).
 
 The law (fit_plan: _block_draft_end and its constants) was fitted on the ubatch 512 f16 / 2048 f16 / 2048
 q8_0 rows; measure_llamacpp_buffers.HELD_OUT_24 names the rows that were not looked at for it (ubatch 512

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2012  # device-only script: ls of known model names
-# Issue 38 on the device machine (one H200), detached by tests/gpu/moe_go.sh:
+# One measurement set on the device machine (one H200), detached by tests/gpu/set_go.sh:
+#
+#   SET=block|moe|vision bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches)
+#   SET=... bash tests/gpu/set_pipeline.sh --check                  (is SET one of the table's? run here first)
 #
 #   1. build llama.cpp b11434 from the carried sdist with CUDA sm_90 + RPC (cmake directly: llama-server,
-#      ggml-rpc-server; the role's flags), meanwhile write the sparse real-size qwen3moe (benchmarks/moe_models.py
-#      qwen3moe_r: llama-quantize's Q4_K_M type mix, header-only);
-#   2. the matrix benchmarks/measure_llamacpp_buffers.py --set cuda-h200-moe: all on the GPU, split over CUDA0 +
-#      a fresh ggml-rpc-server, experts on the host at two --n-cpu-moe, --cpu-moe and --cpu-moe --load-mode none;
-#      llama.cpp's per-buffer lines, nvidia-smi per process and the host's memory after the load, a first
-#      completion and a long prompt; each load's JSON under out/fixtures as soon as it is done.
+#      ggml-rpc-server; the role's flags), meanwhile generate the set's models (the table below);
+#   2. the matrix benchmarks/measure_llamacpp_buffers.py --set cuda-h200-$SET: llama.cpp's per-buffer lines,
+#      nvidia-smi per process (the set's docstring says what else and when); each load's JSON under out/fixtures
+#      as soon as it is done.
 # Everything lands in $W/out (progress.log first); the go script brings it back on every call.
 set -uo pipefail
+SET=${SET:-block}
+# The sets: issue, what gen_models writes before the matrix (in the checkout, models into $1).
+case $SET in
+  block)   # issue 24: the 27B target (tiled) and the real-size block drafters (header-only)
+    gen() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b && python3 benchmarks/block_drafters.py "$1"; } ;;
+  moe)     # issue 38: the sparse real-size qwen3moe (llama-quantize's Q4_K_M type mix, header-only)
+    gen() { python3 benchmarks/moe_models.py "$1" qwen3moe_r; } ;;
+  vision)  # issue 34: the 27B target (tiled); the matrix writes the real-size projector on its first load
+    gen() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b; } ;;
+  *) echo "SET=$SET: not a set of tests/gpu/set_pipeline.sh (block, moe, vision)" >&2; exit 2 ;;
+esac
+[[ ${1:-} == --check ]] && exit 0
 W=${1:?the work dir}
 R=$W/repo
 OUT=$W/out
@@ -18,7 +31,7 @@ mkdir -p "$OUT" "$W/models"
 export LC_ALL=C.UTF-8 LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONPATH=$W/site
 T0=$(date +%s)
 step() { echo "$(date +%s) +$(( $(date +%s) - T0 ))s $*" | tee -a "$OUT/progress.log"; }
-step "setup $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+step "setup $SET $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 { nvidia-smi; nvcc --version; cmake --version | head -1; ninja --version; nproc; free -g; df -h "$W"
   python3 -c 'import numpy, gguf, sys; print(sys.version, numpy.__version__, gguf.__file__)'; } > "$OUT/env.txt" 2>&1
 
@@ -43,8 +56,8 @@ if [[ ! -x $BIN/llama-server || ! -x $BIN/ggml-rpc-server ]]; then
 else
   true & BUILD_PID=$!
 fi
-step "gen: qwen3moe_r (header-only)"
-( cd "$R" && python3 benchmarks/moe_models.py "$W/models" qwen3moe_r ) > "$OUT/gen.log" 2>&1
+step "gen: $(declare -f gen | sed -n 3p)"
+( cd "$R" && gen "$W/models" ) > "$OUT/gen.log" 2>&1
 step "gen done rc=$? $(ls -la "$W"/models/*.gguf | awk '{printf "%s %s; ", $9, $5}')"
 wait $BUILD_PID; brc=$?
 step "build done rc=$brc"
@@ -52,8 +65,8 @@ tail -5 "$OUT/build.log" >> "$OUT/progress.log"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$BIN
 "$BIN/llama-server" --version >> "$OUT/env.txt" 2>&1
 "$BIN/llama-server" --list-devices >> "$OUT/env.txt" 2>&1
-step "matrix cuda-h200-moe ${MOE_ONLY:-all}"
-( cd "$R" && python3 benchmarks/measure_llamacpp_buffers.py --set cuda-h200-moe --matrix --models-dir "$W/models" \
-    --bindir "$BIN" --out "$OUT/fixtures" --no-fit-params ${MOE_ONLY:+--only="$MOE_ONLY"} ) >> "$OUT/matrix.log" 2>&1
+step "matrix cuda-h200-$SET ${ONLY:-all}"
+( cd "$R" && python3 benchmarks/measure_llamacpp_buffers.py --set "cuda-h200-$SET" --matrix --models-dir "$W/models" \
+    --bindir "$BIN" --out "$OUT/fixtures" --no-fit-params ${ONLY:+--only="$ONLY"} ) >> "$OUT/matrix.log" 2>&1
 step "matrix done: $(grep -c 'ok=True' "$OUT/matrix.log") ok, $(grep -c 'ok=False' "$OUT/matrix.log") failed"
 touch "$W/done"

