@@ -11,6 +11,7 @@ description:
   - Reads llama-server's C(using device RPCn (endpoint) (id) - N MiB free) lines (the latest load's) and returns
     an empty string when every endpoint of the C(--rpc) list is there, in order, with memory; otherwise what is
     missing or wrong.
+  - A model-backed drafter's own device line (after C(loading draft model)) is the drafter's, not the target's.
 options:
   _input:
     description: The log text (the journal of the current start).

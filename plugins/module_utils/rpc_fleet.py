@@ -32,6 +32,8 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import
 # The role's default device list (roles/llama_rpc_worker/defaults/main.yml; a test keeps them equal).
 DEFAULT_DEVICES = [{"device": "CPU", "port": 50052}]
 BACKENDS = ("cpu", "cuda", "hip")
+# common/speculative.cpp (b11434) before the drafter's own model load: "loading draft model '<path>'"
+DRAFT_LOAD = "loading draft model"
 USING_DEVICE = re.compile(r"using device (?P<name>\S+) \((?P<desc>[^)]*)\)(?: \((?P<id>[^)]*)\))? - (?P<free>\d+) MiB free")
 
 
@@ -178,10 +180,25 @@ def rpc_devices(workers, local_gpus=None):
 
 
 def devices_seen(log):
-    """[{name, endpoint, free_mib}] from llama-server's 'using device ...' lines (the last load's, in order)."""
+    """[{name, endpoint, free_mib}] from llama-server's 'using device ...' lines (the last load's, in order).
+
+    A model-backed drafter (``--spec-draft-model``) is loaded after the target and prints its own 'using device'
+    lines (its ``--spec-draft-device``) after ``loading draft model``: those are the drafter's, never the target's,
+    and never start a new load."""
     seen = []
+    draft = None            # None: target lines; 'marker': the drafter is loading; 'lines': its device lines
     for line in str(log or "").splitlines():
+        if DRAFT_LOAD in line:
+            draft = "marker"
+            continue
         m = USING_DEVICE.search(line)
+        if draft is not None:
+            if m:
+                draft = "lines"
+                continue
+            if draft == "lines":
+                draft = None    # the drafter's device lines ended
+            continue
         if not m:
             continue
         if m.group("name") in [s["name"] for s in seen]:

@@ -1,7 +1,9 @@
 """The production rehearsal, after side_effect (a broken first deploy, the predecessor restored),
 converge (the real first deploy) and idempotence. Tests run in file order and build on each other:
 
-1. the gated endpoint answers on :7770 with the production alias, from production's paths;
+1. the gated endpoint answers on :7770 with the production alias, from production's paths, serving production's
+   placement (two RPC devices for ROCm0/ROCm1, split 32:33, the drafter on the second) and its serve settings
+   unchanged, every verify check passed;
 2. the stand-in predecessor is in ~dank/.AGENTTRASH/<date>-radiance-tp2-retire with a MANIFEST;
 3. dank's passwd/shadow/group entries are byte-identical to before any deploy;
 4. every `ansible-playbook` command of the README's production section runs as written (its
@@ -24,6 +26,7 @@ import re
 import shlex
 
 import pytest
+import yaml
 
 from ansible_collections.dankfleet.llm.molecule.shared import endpoint_checks as checks
 
@@ -102,6 +105,11 @@ def converged(host):
         "trash": trash,
         "manifest": manifest.content_string if manifest is not None and manifest.exists else None,
         "trashed": {path: host.file(trash[0] + path).exists for path in PREDECESSOR_FILES} if trash else {},
+        # this start's own lines (its systemd invocation, as the gate reads them) and llama-server's argv
+        "journal": host.run("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID "
+                            "--value %s.service)", UNIT).stdout,
+        "argv": host.run("tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value %s.service)/cmdline",
+                         UNIT).stdout.splitlines(),
     }
 
 
@@ -127,6 +135,105 @@ def test_endpoint_is_gated_from_production_paths(converged):
     assert verify["window"]["status"] == "pass" and verify["window"]["figures"]["fraction"] == 0.25
     assert verify["window"]["figures"]["seconds"] > 0
     assert all(s["draft_n"] > 0 for s in verify["slots"]["figures"]["slots"]), verify["slots"]
+
+
+PRODUCTION_VARS = REPO / "inventory" / "production" / "host_vars" / "dankserver.yml"
+REHEARSAL_VARS = REPO / "inventory" / "rehearsal" / "host_vars" / "dankserver" / "50-rehearsal.yml"
+# What the rehearsal takes from production unchanged: the serve settings the issue names (flash-attn, KV types,
+# sampler values, reasoning budget, ngram window) and the placement (split, split mode, layers on the devices)
+UNCHANGED = ("llama_server_flash_attn", "llama_server_cache_type_k", "llama_server_cache_type_v",
+             "llama_server_temperature", "llama_server_top_p", "llama_server_top_k", "llama_server_reasoning",
+             "llama_server_reasoning_format", "llama_server_reasoning_budget", "llama_server_spec_ngram_mod_n_match",
+             "llama_server_spec_ngram_mod_n_min", "llama_server_spec_ngram_mod_n_max", "llama_server_tensor_split",
+             "llama_server_split_mode", "llama_server_gpu_layers", "llama_server_fit", "llama_server_spec_type",
+             "llama_server_spec_draft_n_max", "llama_server_parallel", "llama_server_batch_size",
+             "llama_server_ubatch_size", "llama_server_ctx_checkpoints", "llama_server_mmproj_device",
+             "frank_medium_shape", "frank_medium_shapes", "frank_medium")
+
+
+def start_blocks(journal):
+    """This start's journal cut where llama-server loads the drafter: (the target's lines, the drafter's)."""
+    target, _, draft = journal.partition("loading draft model")
+    return target, draft.split("clip_model_loader", 1)[0]
+
+
+def test_production_placement_and_settings_are_served(converged):
+    """Issue 35 item 6: production's placement - two RPC devices standing in for ROCm0/ROCm1, split 32:33, the
+    drafter on the second - and production's flash-attn, KV types, sampler values, reasoning budget and ngram
+    window, from inventory/production's host_vars unchanged: the env file carries them, llama-server's own lines
+    of this start (and its argv, for the budget it reports nowhere) show them served, and every verify check
+    passed with its figures."""
+    prod = yaml.safe_load(PRODUCTION_VARS.read_text())
+    shape = prod["frank_medium_shapes"][prod["frank_medium_shape"]]
+    rehearsal = yaml.safe_load(REHEARSAL_VARS.read_text())
+    # the rehearsal overrides the two device NAMES of the placement and nothing it takes from production
+    assert not set(rehearsal) & set(UNCHANGED), sorted(set(rehearsal) & set(UNCHANGED))
+    assert (rehearsal["llama_server_devices"], rehearsal["llama_server_spec_draft_device"]) == (["RPC0", "RPC1"], "RPC1")
+    endpoints = ["%s:%d" % (rehearsal["dankfleet_private_address"], d["port"])
+                 for d in rehearsal["llama_rpc_worker_devices"]]
+    assert len(endpoints) == len(prod["llama_server_devices"]) == 2
+
+    env = converged["env"]
+    assert env["RPC"] == ",".join(endpoints)
+    assert env["DEVICES"] == "RPC0,RPC1"
+    # the drafter on the device that stands where production's draft device stands (ROCm1: the second)
+    assert env["DEVICES"].split(",").index(env["SPEC_DRAFT_DEVICE"]) == prod["llama_server_devices"].index(
+        prod["llama_server_spec_draft_device"]) == 1
+    assert env["TENSOR_SPLIT"] == ",".join(str(n) for n in shape["tensor_split"]) == "32,33"
+    assert env["SPLIT_MODE"] == prod["llama_server_split_mode"] == "layer"
+    assert env["NGL"] == str(prod["llama_server_gpu_layers"])
+    assert env["SPEC_TYPE"] == ",".join(shape["spec_type"]) and env["SPEC_DRAFT_N_MAX"] == str(shape["spec_draft_n_max"])
+    for name, var in (("FLASH_ATTN", "flash_attn"), ("CACHE_TYPE_K", "cache_type_k"), ("CACHE_TYPE_V", "cache_type_v"),
+                      ("TOP_K", "top_k"), ("REASONING", "reasoning"), ("REASONING_FORMAT", "reasoning_format"),
+                      ("REASONING_BUDGET", "reasoning_budget"), ("SPEC_NGRAM_MOD_N_MATCH", "spec_ngram_mod_n_match"),
+                      ("SPEC_NGRAM_MOD_N_MIN", "spec_ngram_mod_n_min"), ("SPEC_NGRAM_MOD_N_MAX", "spec_ngram_mod_n_max")):
+        assert env[name] == str(prod["llama_server_" + var]), (name, env[name], prod["llama_server_" + var])
+    for name, var in (("TEMPERATURE", "temperature"), ("TOP_P", "top_p")):
+        assert float(env[name]) == prod["llama_server_" + var], (name, env[name])
+
+    # served: llama-server's own lines of this start (LOG_VERBOSITY 4, which RPC sets: the gate reads them too)
+    target, draft = start_blocks(converged["journal"])
+    assert draft, "no drafter load in this start's journal"
+    using = r"using device (\S+) \(([^)]*)\)"
+    assert re.findall(using, target) == [("RPC0", endpoints[0]), ("RPC1", endpoints[1])], re.findall(using, target)
+    assert re.findall(using, draft) == [("RPC1", endpoints[1])], re.findall(using, draft)
+    held = r"load_tensors: \S+\[([^]]+)\] model buffer size"
+    assert sorted(set(re.findall(held, target))) == endpoints       # the split puts layers on both devices
+    assert set(re.findall(held, draft)) == {endpoints[1]}           # the drafter's weights on the second only
+    assert re.findall(r"flash_attn\s+=\s+(\w+)", target + draft) == ["enabled", "enabled"]   # FLASH_ATTN on
+    kv = re.findall(r"llama_kv_cache: size = .* K \((\w+)\): .* V \((\w+)\):", target)
+    assert kv and set(kv) == {(prod["llama_server_cache_type_k"], prod["llama_server_cache_type_v"])}, kv
+    window = re.search(r"adding speculative implementation 'ngram-mod'[^\n]*\n[^\n]*- n_match=(\d+), n_max=(\d+), "
+                       r"n_min=(\d+)", converged["journal"])
+    assert window and tuple(int(x) for x in window.groups()) == (
+        prod["llama_server_spec_ngram_mod_n_match"], prod["llama_server_spec_ngram_mod_n_max"],
+        prod["llama_server_spec_ngram_mod_n_min"]), window and window.groups()
+    # the reasoning budget: b11434 reports it nowhere (neither /props nor the log), so what llama-server was given
+    argv = converged["argv"]
+    assert argv[argv.index("--reasoning-budget") + 1] == str(prod["llama_server_reasoning_budget"])
+    assert argv[argv.index("--spec-draft-device") + 1] == "RPC1" and argv[argv.index("--tensor-split") + 1] == "32,33"
+
+    # the plan planned that placement, and the verify stage passed every check, each with its figures
+    record = converged["record"]
+    assert [int(n) for n in record["plan"]["tensor_split"]] == shape["tensor_split"]
+    assert [d["device"] for d in record["devices"] if d["planned"] and d["device"] != "host"] == ["RPC0", "RPC1"], \
+        record["devices"]
+    verify = {c["name"]: c for c in record["verify"]["checks"]}
+    assert record["verify"]["passed"] is True
+    assert list(verify) == ["stream", "tools", "reasoning_effort", "vision", "slots", "prefix_cache", "window",
+                            "drafter", "defaults", "isolation"]
+    assert {c["status"] for c in verify.values()} == {"pass"}, {n: (c["status"], c["reason"]) for n, c in verify.items()}
+    defaults = verify["defaults"]["figures"]
+    for key in ("temperature", "top_p", "top_k"):
+        assert defaults[key]["configured"] == prod["llama_server_" + key]
+        assert abs(defaults[key]["served"] - prod["llama_server_" + key]) <= 1e-6, defaults
+    drafter = verify["drafter"]["figures"]
+    assert sorted(drafter["found"]) == sorted(shape["spec_type"]) and not drafter["missing"] and not drafter["unlogged"]
+    assert drafter["n_match"] == prod["llama_server_spec_ngram_mod_n_match"]
+    assert all(s["draft_n"] > 0 for s in drafter["slots"]) and len(drafter["slots"]) == shape["parallel"]
+    assert all(s["draft_n"] > 0 for s in verify["slots"]["figures"]["slots"])
+    assert verify["window"]["figures"]["fraction"] == 0.25 and verify["window"]["figures"]["prompt_tokens"] > 0
+    assert all(s["identical"] for s in verify["isolation"]["figures"]["slots"])
 
 
 WATCH = "frank-medium-watch"

@@ -92,6 +92,29 @@ def test_the_gate_reads_every_worker_device_with_its_memory():
     assert len(devices_seen(LOG + LOG.split("\n")[0])) == 1
 
 
+# b11434 with --spec-draft-model on the second device (--spec-draft-device RPC1): the drafter's load prints its own
+# device line, as the production rehearsal's journal has it (issue 35)
+DRAFT_LOG = """0.00.069.016 I llama_prepare_model_devices: using device RPC0 (127.0.0.1:18352) (unknown id) - 24105 MiB free
+0.00.069.158 I llama_prepare_model_devices: using device RPC1 (127.0.0.1:18353) (unknown id) - 24105 MiB free
+0.00.073.455 I load_tensors: RPC0[127.0.0.1:18352] model buffer size =     0.55 MiB
+0.00.095.247 I common_speculative_init_result: loading draft model '/home/dank/models/d/Draft-Q4_K_M.gguf'
+0.00.095.476 I llama_model_loader: loaded meta data with 37 key-value pairs and 36 tensors
+0.00.095.632 I llama_prepare_model_devices: using device RPC1 (127.0.0.1:18353) (unknown id) - 24105 MiB free
+0.00.095.693 I load_arch_hparams: DFlash extract_layers = [1, 4, 7]
+"""
+
+
+def test_a_drafters_device_line_is_not_a_new_load_of_the_target():
+    eps = ["127.0.0.1:18352", "127.0.0.1:18353"]
+    assert [(d["name"], d["endpoint"]) for d in devices_seen(DRAFT_LOG)] == list(zip(["RPC0", "RPC1"], eps))
+    assert missing_devices(DRAFT_LOG, eps) == ""
+    # a restart after it is still a new load: its target lines replace the first start's
+    again = DRAFT_LOG.replace("24105", "100").splitlines()[0]
+    assert devices_seen(DRAFT_LOG + again) == [{"name": "RPC0", "endpoint": eps[0], "free_mib": 100}]
+    # the drafter's line alone (its target's lines lost) proves nothing of the target
+    assert "RPC0 (127.0.0.1:18352) is not among" in missing_devices("\n".join(DRAFT_LOG.splitlines()[3:]), eps)
+
+
 def test_the_roles_default_devices_are_the_filters():
     path = os.path.join(lib.ROOT, "roles", "llama_rpc_worker", "defaults", "main.yml")
     with open(path) as fh:
