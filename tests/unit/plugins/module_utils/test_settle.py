@@ -364,5 +364,3 @@ def test_the_placeholder_refusal_lists_one_item_per_line():
     items = [m for m in messages(out) if 'still to fill' in m]
     assert len(items) == len(s.checklist_lines(out['checklist'])) >= 3, items
     assert all('\n' not in item and len(item) < 300 and ('FILL' in item or 'size 0' in item) for item in items), items
-
-
