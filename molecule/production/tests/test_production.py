@@ -422,7 +422,12 @@ def test_rollback_from_radiance_like_units(host, tmp_path):
 
 
 STANDIN = ("runuser -u dank -- env XDG_RUNTIME_DIR=/run/user/1000 systemctl --user show -p ActiveState -p MainPID "
-           "-p ActiveEnterTimestampMonotonic --value frank-medium-radiance.service")
+           "-p ActiveEnterTimestampMonotonic frank-medium-radiance.service")
+
+
+def standin_unit(host):
+    """The stand-in's unit as KEY=VALUE (systemctl prints properties in its own order, not in -p's)."""
+    return dict(line.split("=", 1) for line in host.run(STANDIN).stdout.splitlines() if "=" in line)
 
 
 def test_stage_leaves_radiance_serving_and_switch_swaps_it(host, tmp_path):
@@ -445,8 +450,8 @@ def test_stage_leaves_radiance_serving_and_switch_swaps_it(host, tmp_path):
     assert run.returncode != 0 and "nothing is staged for frank-medium" in said, run.stdout[-4000:]
     assert snapshot(host) == before
 
-    standin = host.run(STANDIN).stdout.split()
-    assert standin[0] == "active", standin
+    standin = standin_unit(host)
+    assert standin["ActiveState"] == "active", standin
     # :7770 polled every 0.2 s for the whole stage, by a transient unit of the container's systemd
     poll = host.run("rm -f /root/standin.poll; systemd-run --unit=standin-poll bash -c 'while sleep 0.2; do curl -s -o "
                     "/dev/null -w \"%%{http_code}\\n\" http://127.0.0.1:%s/health >> /root/standin.poll; done'", PORT)
@@ -457,7 +462,7 @@ def test_stage_leaves_radiance_serving_and_switch_swaps_it(host, tmp_path):
     said = " ".join(run.stdout.split())
     assert "staged: frank-medium recorded in /var/lib/frank-medium-day-one/staged.json" in said, run.stdout[-3000:]
     assert len(polled) > 10 and set(polled) == {"200"}, polled          # :7770 answered throughout the stage
-    assert host.run(STANDIN).stdout.split() == standin                  # the stand-in's unit untouched
+    assert standin_unit(host) == standin                                # the stand-in's unit untouched
     assert not host.service(UNIT).is_running
     assert "radiance-standin" in json.dumps(checks.models(host, PORT))
 
@@ -468,6 +473,6 @@ def test_stage_leaves_radiance_serving_and_switch_swaps_it(host, tmp_path):
     assert host.service(UNIT).is_running
     models = checks.models(host, PORT)
     assert [m["id"] for m in models["data"]] == ["frank-medium"] and "radiance-standin" not in json.dumps(models)
-    assert host.run(STANDIN).stdout.split()[0] != "active"
+    assert standin_unit(host)["ActiveState"] != "active"
     record = json.loads(host.file("/var/lib/frank-medium-day-one/staged.json").content_string)
     assert record["switched_at"] and record["switch_seconds"] > 0 and record["stage_seconds"] > 0
