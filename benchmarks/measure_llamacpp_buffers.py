@@ -902,18 +902,14 @@ def model_record(name, out_dir, models_dir=None):
     """Generate (once) the matrix model `name`; its path and the fixture's record of it."""
     import block_drafters
     import moe_models
-    if name in moe_models.MODELS:
-        entry = moe_models.ensure(name, models_dir or MODELS)
-        rec = {"name": name, "generator": {"script": "benchmarks/moe_models.py", "params": moe_models.MODELS[name],
-                                           "recipe_sha256": entry["recipe_sha256"], "header_only": True},
-               "file_size": entry["size"], "sha256": None, "header": accuracy_models.dump_header(entry["path"])}
-        return entry["path"], rec
-    if name in block_drafters.MODELS:
-        entry = block_drafters.ensure(name, models_dir or MODELS)
-        rec = {"name": name, "generator": {"script": "benchmarks/block_drafters.py", "params": block_drafters.MODELS[name],
-                                           "recipe_sha256": entry["recipe_sha256"], "header_only": True},
-               "file_size": entry["size"], "sha256": None, "header": accuracy_models.dump_header(entry["path"])}
-        return entry["path"], rec
+    # the header-only generators: one record shape for each
+    for generator, script in ((moe_models, "benchmarks/moe_models.py"), (block_drafters, "benchmarks/block_drafters.py")):
+        if name in generator.MODELS:
+            entry = generator.ensure(name, models_dir or MODELS)
+            rec = {"name": name, "generator": {"script": script, "params": generator.MODELS[name],
+                                               "recipe_sha256": entry["recipe_sha256"], "header_only": True},
+                   "file_size": entry["size"], "sha256": None, "header": accuracy_models.dump_header(entry["path"])}
+            return entry["path"], rec
     entry = accuracy_models.ensure_model(name, models_dir or MODELS)
     header = accuracy_models.dump_header(entry["path"])
     kind, scale, overrides = accuracy_models.shape_of(name)

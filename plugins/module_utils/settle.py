@@ -298,8 +298,8 @@ class _WholeOrWord(_Whole):
         try:
             number = tr.Int(text=True).read(value, source, path)
         except tr.ShapeError:
-            _say(source, path, "is %s, neither a whole number nor %s: write a number (%s), or %s for the planner's "
-                 "choice" % (tr.quote(value), self.word, _example(source, path, self.sample).strip(" ()") or "e.g. 8", self.word))
+            _say(source, path, "is %s, neither a whole number nor %s: write a number%s, or %s for the planner's choice"
+                 % (tr.quote(value), self.word, _example(source, path, self.sample), self.word))
         lo, hi, why = self.bounds
         if not lo <= number <= hi:
             _say(source, path, "is %s, out of range: give a number from %s to %s (%s), or %s for the planner's choice"

@@ -78,9 +78,9 @@ seealso:
 EXAMPLES = r'''
 - name: Record the staged shape
   dankfleet.llm.staged_shape:
-    path: /var/lib/llama-server/frank-medium/staged.json
+    path: /var/lib/llama-server/llm/staged.json
     state: staged
-    service: frank-medium
+    service: llm
     release_link: /opt/llama.cpp/current
     manifest: "{{ gguf_fetch_manifest }}"
     paths: "{{ llm_plan.payload_paths }}"
@@ -89,9 +89,9 @@ EXAMPLES = r'''
 
 - name: Refuse the switch when nothing is staged or the host does not match the record
   dankfleet.llm.staged_shape:
-    path: /var/lib/llama-server/frank-medium/staged.json
+    path: /var/lib/llama-server/llm/staged.json
     state: checked
-    service: frank-medium
+    service: llm
     release_link: /opt/llama.cpp/current
     manifest: "{{ gguf_fetch_manifest }}"
     paths: "{{ llm_plan.payload_paths }}"
