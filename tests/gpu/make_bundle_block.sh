@@ -22,6 +22,6 @@ cp tests/gpu/set_go.sh "$DEST/go.sh"
 echo "$SET" > "$DEST/set"
 SP=$("$VENV/bin/python" -c 'import gguf, os; print(os.path.dirname(os.path.dirname(gguf.__file__)))')
 cp -r "$SP"/gguf "$SP"/gguf-*.dist-info "$DEST/site/"
-tar --exclude=./.git --exclude=./.venv --exclude=./.device --exclude='__pycache__' --exclude=./.pytest_cache \
+tar --exclude=./.git --exclude=./.venv --exclude='./.venv-*' --exclude=./.device --exclude='__pycache__' --exclude=./.pytest_cache \
   --exclude=./tests/fixtures/llamacpp --exclude=./.lab -cf "$DEST/bundle.tar" .
 du -sh "$DEST"
