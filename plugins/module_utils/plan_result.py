@@ -25,12 +25,13 @@ import copy
 import re
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.settle import Problem, int_like as _int_like, origin as _origin
-from ansible_collections.dankfleet.llm.plugins.module_utils.settle import pinned as _pinned
+from ansible_collections.dankfleet.llm.plugins.module_utils.settle import Problem
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import DEFAULT_CACHE_RAM_MIB
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import ctx_parallel_problem, int_like as _int_like
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import origin as _origin, pinned as _pinned
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import served, split_devices_problem
 
 GIB = 1073741824
-# without a plan, --cache-ram keeps llama.cpp's own default
-DEFAULT_CACHE_RAM_MIB = 8192
 
 # fit_plan's serve field -> the variable the operator edits
 INVENTORY_NAMES = {
@@ -119,7 +120,8 @@ def plan_result(fit, serve, host="this host", reads="host"):
     """The planned part of llm_plan from fit_plan's result and the serve settings it sized (either shape).
 
     Returns {planned, fits, reads, fit (messages in inventory names), devices, floor_bytes, tensor_split,
-    ctx_size, cache_ram, n_cpu_moe, origin, capacity {fits, summary, lines}}."""
+    ctx_size, cache_ram, n_cpu_moe, origin, shape, capacity {fits, summary, lines}}: shape is the complete serve
+    shape (shape.served) the serve role writes into the env file as it is."""
     fit = copy.deepcopy(fit or {})
     for key in ("errors", "warnings"):
         fit[key] = [inventory_names(m) for m in fit.get(key) or []]
@@ -206,6 +208,7 @@ def plan_result(fit, serve, host="this host", reads="host"):
     else:
         # pinned, or auto where the planner had nothing to choose (a pinned split or context, a dense model): 0
         n_cpu_moe = int(serve.get("n_cpu_moe")) if pinned["n_cpu_moe"] and _int_like(serve.get("n_cpu_moe")) else 0
+    origin = dict((k, "pinned" if v else "planned") for k, v in pinned.items())
     return {
         "planned": True,
         "fits": fits,
@@ -217,7 +220,9 @@ def plan_result(fit, serve, host="this host", reads="host"):
         "ctx_size": ctx_size,
         "cache_ram": cache_ram,
         "n_cpu_moe": n_cpu_moe,
-        "origin": dict((k, "pinned" if v else "planned") for k, v in pinned.items()),
+        "origin": origin,
+        "shape": served(serve, {"tensor_split": tensor_split, "ctx_size": ctx_size, "cache_ram": cache_ram,
+                                "n_cpu_moe": n_cpu_moe}, origin),
         "capacity": {
             "fits": fits,
             "summary": "%s: %s - split %s, context %s, binding %s" % (
@@ -295,14 +300,9 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None, 
             "n_cpu_moe": int(n_cpu_moe) if mine["n_cpu_moe"] and _int_like(n_cpu_moe) else 0,
             "origin": _origin(here),
         }
-    # a value the inventory pinned is checked by the settle step itself (settle.serve_problems)
-    if not mine["ctx_size"] and _int_like(parallel) and int(parallel) > 0 and shape["ctx_size"] % int(parallel):
-        problems.append(Problem("llama_server_ctx_size", (
-            "the context %d does not divide over llama_server_parallel %d slots (llama.cpp rounds the pool down): "
-            "set llama_server_ctx_size to a multiple of %d, or plan again") % (shape["ctx_size"], int(parallel),
-                                                                               int(parallel))))
-    if not mine["tensor_split"] and devices and shape["tensor_split"] and len(devices) != len(shape["tensor_split"]):
-        problems.append(Problem("llama_server_tensor_split", (
-            "the split %s needs one share per device of llama_server_devices %s: give one share per device, or "
-            "plan again") % (shape["tensor_split"], list(devices))))
+    # a value the inventory pinned is checked by the settle step itself (settle.serve_problems), by the same rule
+    for key, problem in (("ctx_size", ctx_parallel_problem(shape["ctx_size"], parallel, planned=True)),
+                         ("tensor_split", split_devices_problem(shape["tensor_split"], devices, planned=True))):
+        if problem and not mine[key]:
+            problems.append(Problem(*problem))
     return shape, problems

@@ -28,6 +28,9 @@ import re
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.serve_guard import shadowed
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import ctx_parallel_problem, payload_path, split_devices_problem
+# the serve shape's rules, read here under their old names too (plan_result, the tests)
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import int_like, origin, pinned  # noqa: F401
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import BOOLEANS_FALSE, BOOLEANS_TRUE
 
 PREFIXES = ("llama_server_", "llm_plan_", "gguf_fetch_", "runtime_retire_", "dankfleet_")
@@ -632,11 +635,9 @@ def payload_paths(manifest, models_dir, fallback=None):
     fetch role's layout), else the inventory's own llama_server_*_path (fallback) where it set one."""
     out = {}
     for item in manifest or []:
-        if not isinstance(item, dict) or not isinstance(item.get("role"), str) or not isinstance(item.get("file"), str):
-            continue
-        base = item.get("dest_dir")
-        base = base if isinstance(base, str) and base else "%s/%s" % (models_dir, item.get("name", ""))
-        out[item["role"]] = "%s/%s" % (base.rstrip("/"), item["file"])
+        path = payload_path(item, models_dir)
+        if path is not None and isinstance(item.get("role"), str):
+            out[item["role"]] = path
     for role, path in (fallback or {}).items():
         if role not in out and path:
             out[role] = path
@@ -668,33 +669,6 @@ def handover_units(runtimes):
     return out
 
 
-def int_like(value):
-    """A whole number, or its text ("8192"); never a boolean."""
-    return _is_int(value) or (isinstance(value, str) and _INT_TEXT.match(value.strip()) is not None)
-
-
-def pinned(serve):
-    """{tensor_split, ctx_size, cache_ram, n_cpu_moe: bool}: which of the four the inventory set (the planner chooses
-    the rest). Reads both shapes: the settled serve values ([] / 0 / auto open) and fit_plan's serve dict (auto /
-    max / an absent or auto cache_ram_mib open). n_cpu_moe is open only as auto: absent, it is the role's default
-    0 (plan_result marks it planned where fit_plan chose it for an absent one)."""
-    split = serve.get("tensor_split")
-    ctx = serve.get("ctx_size")
-    cache = serve.get("cache_ram", serve.get("cache_ram_mib"))
-    return {
-        "tensor_split": isinstance(split, (list, tuple)) and len(split) > 0,
-        "ctx_size": int_like(ctx) and int(ctx) > 0,
-        "cache_ram": cache is not None and str(cache) != "auto",
-        "n_cpu_moe": str(serve.get("n_cpu_moe")) != "auto",
-    }
-
-
-def origin(serve):
-    """pinned (the inventory set it) or open (the planner chooses) for the split, the context, the cache-ram and
-    the MoE blocks whose experts stay on the host."""
-    return dict((key, "pinned" if set_here else "open") for key, set_here in pinned(serve).items())
-
-
 # --- the serve preflight's cross-checks -----------------------------------------------------------------------
 
 def serve_problems(v, payload=None, payload_known=True):
@@ -710,23 +684,18 @@ def serve_problems(v, payload=None, payload_known=True):
 
     if has("llama_server_alias") and not str(v["llama_server_alias"]):
         p.append(Problem("llama_server_alias", "llama_server_alias is empty: name the model id /v1/models shows"))
-    parallel = v.get("llama_server_parallel")
-    ctx = v.get("llama_server_ctx_size")
-    if _is_int(ctx) and ctx > 0 and _is_int(parallel) and parallel >= 1 and ctx % parallel:
-        lower, upper = ctx - ctx % parallel, ctx - ctx % parallel + parallel
-        p.append(Problem("llama_server_ctx_size", "llama_server_ctx_size %d does not divide over llama_server_parallel "
-                         "%d slots (llama.cpp rounds the pool down): set llama_server_ctx_size to a multiple of %d "
-                         "(%d or %d), or 0 for the plan's, or change llama_server_parallel"
-                         % (ctx, parallel, parallel, lower, upper)))
+    ctx, parallel = v.get("llama_server_ctx_size"), v.get("llama_server_parallel")
+    if _is_int(ctx) and _is_int(parallel):
+        problem = ctx_parallel_problem(ctx, parallel)
+        if problem:
+            p.append(Problem(*problem))
     batch, ubatch = v.get("llama_server_batch_size"), v.get("llama_server_ubatch_size")
     if _is_int(batch) and _is_int(ubatch) and ubatch > batch:
         p.append(Problem("llama_server_ubatch_size", "llama_server_ubatch_size %d is larger than llama_server_batch_size "
                          "%d: lower the ubatch or raise the batch" % (ubatch, batch)))
-    split, devices = v.get("llama_server_tensor_split"), v.get("llama_server_devices")
-    if isinstance(split, list) and isinstance(devices, list) and split and devices and len(split) != len(devices):
-        p.append(Problem("llama_server_tensor_split", "llama_server_tensor_split %s has %d share(s) but "
-                         "llama_server_devices %s names %d device(s): give one share per device, or [] for the "
-                         "plan's" % (split, len(split), devices, len(devices))))
+    problem = split_devices_problem(v.get("llama_server_tensor_split"), v.get("llama_server_devices"))
+    if problem:
+        p.append(Problem(*problem))
     cache = v.get("llama_server_cache_ram")
     if "llama_server_cache_ram" in v and not (isinstance(cache, str) and cache == "auto"):
         lo, hi, why = BOUNDS["llama_server_cache_ram"]

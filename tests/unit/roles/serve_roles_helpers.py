@@ -58,4 +58,17 @@ def render(role, template, overrides=None):
     with open(role_file(role, 'templates', template)) as handle:
         source = handle.read()
     templar = Templar(loader=DataLoader(), variables=variables)
+    # the collection's filters, by their FQCN, as a play resolves them (no collection loader runs here)
+    templar.environment.filters.update(collection_filters())
     return templar.template(_trust(source))
+
+
+@functools.lru_cache(maxsize=None)
+def collection_filters():
+    """{dankfleet.llm.<name>: the filter} of every filter plugin of the collection."""
+    out = {}
+    folder = os.path.join(REPO, 'plugins', 'filter')
+    for name in sorted(n[:-3] for n in os.listdir(folder) if n.endswith('.py') and not n.startswith('_')):
+        module = importlib.import_module('ansible_collections.dankfleet.llm.plugins.filter.' + name)
+        out.update(('dankfleet.llm.' + key, value) for key, value in module.FilterModule().filters().items())
+    return out

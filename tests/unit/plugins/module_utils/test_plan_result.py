@@ -101,7 +101,7 @@ def test_the_serve_role_reads_the_plan_it_was_made_for():
 def test_without_a_plan_the_configured_values_are_served_open():
     shape, problems = pr.serve_shape([], 8192, 'auto', {}, parallel=2)
     assert problems == [] and shape['ctx_size'] == 8192 and shape['cache_ram'] == pr.DEFAULT_CACHE_RAM_MIB
-    assert shape['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open', 'n_cpu_moe': 'pinned'}
+    assert shape['origin'] == {'tensor_split': 'planned', 'ctx_size': 'pinned', 'cache_ram': 'planned', 'n_cpu_moe': 'pinned'}
     # a malformed value is the settle step's to report; here it never crashes
     shape, problems = pr.serve_shape('35,30', 'lots', 'plenty', {})
     assert shape['tensor_split'] == [] and shape['ctx_size'] == 0 and shape['cache_ram'] == pr.DEFAULT_CACHE_RAM_MIB
@@ -303,7 +303,7 @@ def test_n_cpu_moe_auto_with_nothing_to_choose_is_zero_and_says_so():
 
 def test_without_a_plan_n_cpu_moe_auto_is_llama_cpps_zero_and_an_older_plan_is_read_as_made_for_the_role():
     shape, problems = pr.serve_shape([], 8192, 'auto', {}, n_cpu_moe='auto')
-    assert problems == [] and shape['n_cpu_moe'] == 0 and shape['origin']['n_cpu_moe'] == 'open'
+    assert problems == [] and shape['n_cpu_moe'] == 0 and shape['origin']['n_cpu_moe'] == 'planned'
     shape, problems = pr.serve_shape([], 8192, 'auto', {}, n_cpu_moe=12)
     assert problems == [] and shape['n_cpu_moe'] == 12 and shape['origin']['n_cpu_moe'] == 'pinned'
     fit, _ = fit_for(SETTLED)

@@ -49,7 +49,7 @@ def test_a_clean_inventory_settles_with_the_serve_inputs():
     assert out['payload_paths'] == {'target': '/models/m/m.gguf'}
     assert out['port_handover_units'] == ['old.service', 'radiance.service', 'net-network.service']
     assert out['serve']['ctx_size'] == 8192 and out['serve']['parallel'] == 2
-    assert out['origin'] == {'tensor_split': 'open', 'ctx_size': 'pinned', 'cache_ram': 'open', 'n_cpu_moe': 'pinned'}
+    assert out['origin'] == {'tensor_split': 'planned', 'ctx_size': 'pinned', 'cache_ram': 'planned', 'n_cpu_moe': 'pinned'}
 
 
 def test_every_problem_is_reported_at_once_naming_the_variable():
@@ -299,7 +299,7 @@ def test_experts_on_the_host_are_serve_inputs_settled_to_their_types():
 def test_n_cpu_moe_auto_is_left_open_for_the_planner(value):
     """issue 38: llama_server_n_cpu_moe: auto settles to auto, open for the planner (an int stays pinned)."""
     out = run({'llama_server_n_cpu_moe': value})
-    assert messages(out) == [] and out['serve']['n_cpu_moe'] == 'auto' and out['origin']['n_cpu_moe'] == 'open'
+    assert messages(out) == [] and out['serve']['n_cpu_moe'] == 'auto' and out['origin']['n_cpu_moe'] == 'planned'
     out = run({'llama_server_n_cpu_moe': 0})
     assert messages(out) == [] and out['serve']['n_cpu_moe'] == 0 and out['origin']['n_cpu_moe'] == 'pinned'
 
