@@ -43,6 +43,20 @@ def _trust(value):
     return value
 
 
+def settled(variables):
+    """The variables with the serve shape the preflight settles (__llama_server_settled.shape) made of their
+    shape_<key> entries: the role's own values where no plan published one."""
+    from ansible_collections.dankfleet.llm.plugins.module_utils.shape import origin
+    variables = dict(variables)
+    mine = dict((key, variables.get('llama_server_' + key, default)) for key, default in (
+        ('tensor_split', []), ('ctx_size', 0), ('cache_ram', 'auto'), ('n_cpu_moe', 0)))
+    shape = {'tensor_split': [], 'ctx_size': 0, 'cache_ram': 8192, 'origin': origin(mine), 'n_cpu_moe': mine['n_cpu_moe']}
+    for key in [k for k in variables if k.startswith('shape_')]:
+        shape[key[len('shape_'):]] = variables.pop(key)
+    variables['__llama_server_settled'] = {'shape': shape}
+    return variables
+
+
 def render(role, template, overrides=None):
     """Render roles/<role>/templates/<template> with the role's defaults and vars plus overrides."""
     from ansible.parsing.dataloader import DataLoader
@@ -54,7 +68,7 @@ def render(role, template, overrides=None):
     # these renders stand for a host without workers
     if 'llama_server_rpc' in variables:
         variables['llama_server_rpc'] = []
-    variables.update(overrides or {})
+    variables.update(settled(overrides or {}))
     with open(role_file(role, 'templates', template)) as handle:
         source = handle.read()
     templar = Templar(loader=DataLoader(), variables=variables)

@@ -28,8 +28,8 @@ SERVED = {
     'llama_server_spec_type': ['draft-dflash', 'ngram-mod'], 'llama_server_spec_draft_n_max': 7,
     'llama_server_vision': True, 'llama_server_api_key': 'sekrit',
     # the planned values (llm_plan), as the role renders them
-    '_llama_server_eff_tensor_split': [32, 33], '_llama_server_eff_ctx_size': 327680,
-    '_llama_server_eff_cache_ram': 16384, '_llama_server_release_target': '/opt/llama.cpp/releases/fb27a525',
+    'shape_tensor_split': [32, 33], 'shape_ctx_size': 327680,
+    'shape_cache_ram': 16384, '_llama_server_release_target': '/opt/llama.cpp/releases/fb27a525',
 }
 
 
@@ -58,7 +58,7 @@ def test_the_rendered_env_file_reads_back_as_the_served_shape(tmp_path):
 
 
 def test_empty_values_are_no_flag_and_no_file_is_nothing_deployed(tmp_path):
-    path = _rendered(tmp_path, _llama_server_eff_tensor_split=[], llama_server_devices=[], llama_server_threads='',
+    path = _rendered(tmp_path, shape_tensor_split=[], llama_server_devices=[], llama_server_threads='',
                      llama_server_spec_type=[], llama_server_bind_address='::1')
     shape = ss.read_served_shape(path)[1]
     assert shape['tensor_split'] == [] and shape['devices'] == [] and shape['spec_type'] == []

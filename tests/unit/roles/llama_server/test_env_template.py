@@ -33,8 +33,8 @@ BASE = {
     'llama_server_alias': 'frank-medium', 'llama_server_model_path': '/home/dank/models/t.gguf',
     'llama_server_drafter_path': '/home/dank/models/d.gguf', 'llama_server_mmproj_path': '/home/dank/models/mm.gguf',
     'llama_server_parallel': 2, 'llama_server_threads_batch': 8,
-    '_llama_server_eff_tensor_split': [35, 30], '_llama_server_eff_ctx_size': 393216,
-    '_llama_server_eff_cache_ram': 16384, '_llama_server_release_target': '/opt/llama.cpp/releases/fb27a525',
+    'shape_tensor_split': [35, 30], 'shape_ctx_size': 393216,
+    'shape_cache_ram': 16384, '_llama_server_release_target': '/opt/llama.cpp/releases/fb27a525',
     'llama_server_devices': ['ROCm0', 'ROCm1'], 'llama_server_spec_type': ['draft-dflash', 'ngram-mod'],
 }
 
@@ -80,7 +80,7 @@ def test_the_plan_is_written_beside_the_env_file():
     assert '#   per token: 65536 B KV + 4096 B draft KV = 69632 B' in comments
     assert '#   one full slot: 196608 tokens x 69632 B + 151.0 MiB recurrent + 0.0 MiB window = 12.90 GiB' in comments
     assert '#   CACHE_RAM 16384 MiB stores ~246723 tokens: it holds one full slot' in comments
-    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_cache_ram=8192)
+    text = narrative(_llama_server_plan=PLAN, shape_cache_ram=8192)
     assert '#   CACHE_RAM 8192 MiB stores ~123361 tokens: it CANNOT hold one full slot' in text
     assert [c for c in comments if 'rope' in c and c.startswith('# - ')]
 
@@ -106,7 +106,7 @@ def test_a_new_narrative_leaves_the_env_file_byte_identical():
         rendered(_llama_server_plan={})[0]
     assert narrative(_llama_server_plan=PLAN) != narrative(_llama_server_plan=reworded)
     # a value does change it
-    assert rendered(_llama_server_plan=PLAN)[0] != rendered(_llama_server_plan=PLAN, _llama_server_eff_cache_ram=8192)[0]
+    assert rendered(_llama_server_plan=PLAN)[0] != rendered(_llama_server_plan=PLAN, shape_cache_ram=8192)[0]
 
 
 def test_a_pinned_split_says_so_and_no_plan_says_so():
@@ -182,15 +182,15 @@ def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_pat
     assert result['fits'], result['errors']
     text, values, problems = rendered(
         _llama_server_plan=result, llama_server_spec_type=['draft-mtp'], llama_server_devices=['RPC0', 'RPC1'],
-        _llama_server_eff_tensor_split=result['tensor_split'], _llama_server_eff_ctx_size=result['ctx_size'],
-        _llama_server_eff_cache_ram=result['cache_ram_mib'])
+        shape_tensor_split=result['tensor_split'], shape_ctx_size=result['ctx_size'],
+        shape_cache_ram=result['cache_ram_mib'])
     assert problems == []
     assert values['TENSOR_SPLIT'] == ','.join(str(x) for x in result['tensor_split'])
     assert values['CACHE_RAM'] == str(result['cache_ram_mib'])
     comments = narrative(
         _llama_server_plan=result, llama_server_spec_type=['draft-mtp'], llama_server_devices=['RPC0', 'RPC1'],
-        _llama_server_eff_tensor_split=result['tensor_split'], _llama_server_eff_ctx_size=result['ctx_size'],
-        _llama_server_eff_cache_ram=result['cache_ram_mib']).splitlines()
+        shape_tensor_split=result['tensor_split'], shape_ctx_size=result['ctx_size'],
+        shape_cache_ram=result['cache_ram_mib']).splitlines()
     assert [c for c in comments if c.startswith('# RPC0 ')] and [c for c in comments if c.startswith('# RPC1 ')]
     assert '#   ' + result['table'].splitlines()[0] in comments
     assert [c for c in comments if c.startswith('#   per token: ') and 'draft KV' in c]
@@ -198,17 +198,17 @@ def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_pat
 
 
 def test_the_comments_say_where_each_value_came_from():
-    # the preflight settles _llama_server_eff_origin from llm_plan: a value the planner chose says so even
+    # the preflight settles shape_origin from llm_plan: a value the planner chose says so even
     # where a playbook handed the role the planner's number (what the deploy playbook used to do)
     planned = {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned'}
     text = narrative(_llama_server_plan=PLAN, llama_server_tensor_split=[35, 30], llama_server_ctx_size=393216,
-                     _llama_server_eff_origin=planned)
+                     shape_origin=planned)
     assert 'pinned by the inventory' not in text
     assert "Why this split: the planner's balanced split" in text
     assert 'Why this ctx: the largest the planner found to fit' in text
     assert "Why this cache-ram: the planner's cap" in text
     pinned = {'tensor_split': 'pinned', 'ctx_size': 'pinned', 'cache_ram': 'pinned'}
-    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_origin=pinned)
+    text = narrative(_llama_server_plan=PLAN, shape_origin=pinned)
     assert 'Why this split: pinned by the inventory (llama_server_tensor_split)' in text
     assert 'Why this ctx: pinned by the inventory (llama_server_ctx_size)' in text
     assert 'Why this cache-ram: pinned by the inventory (llama_server_cache_ram)' in text
@@ -231,25 +231,25 @@ def test_experts_on_the_host_are_carried_as_settings():
 
 def test_the_planners_n_cpu_moe_is_what_the_env_file_carries_and_the_plan_file_says_why():
     """issue 38: with llama_server_n_cpu_moe auto the preflight settles the plan's number
-    (_llama_server_eff_n_cpu_moe): the env file carries it, never the word, and the plan file gives the reason."""
+    (shape_n_cpu_moe): the env file carries it, never the word, and the plan file gives the reason."""
     reason = ('llama_server_n_cpu_moe chosen by the planner: 7 -- the routed experts of blocks 0-6 stay on the host, '
               'the fewest blocks whose plan reaches the 40960-token cap per slot')
     plan = dict(PLAN, n_cpu_moe_choice={'n_cpu_moe': 7, 'reason': reason})
     origin = {'tensor_split': 'planned', 'ctx_size': 'planned', 'cache_ram': 'planned', 'n_cpu_moe': 'planned'}
-    _, values, problems = rendered(_llama_server_plan=plan, llama_server_n_cpu_moe='auto', _llama_server_eff_n_cpu_moe=7)
+    _, values, problems = rendered(_llama_server_plan=plan, llama_server_n_cpu_moe='auto', shape_n_cpu_moe=7)
     assert problems == [] and values['N_CPU_MOE'] == '7'
-    text = narrative(_llama_server_plan=plan, _llama_server_eff_origin=origin, _llama_server_eff_n_cpu_moe=7)
+    text = narrative(_llama_server_plan=plan, shape_origin=origin, shape_n_cpu_moe=7)
     assert '# Why N_CPU_MOE 7: llama_server_n_cpu_moe chosen by the planner: 7 -- the routed experts' in text
     lines = text.splitlines()
     first = lines.index(next(x for x in lines if x.startswith('# Why N_CPU_MOE 7: ')))
     assert lines[first + 1].startswith('#   ') and 'per slot' in lines[first + 1]   # the reason wrapped, indented
     # auto with nothing to choose: 0, and the plan file says the planner kept every expert on the GPUs
-    _, values, _ = rendered(_llama_server_plan=PLAN, llama_server_n_cpu_moe='auto', _llama_server_eff_n_cpu_moe=0)
+    _, values, _ = rendered(_llama_server_plan=PLAN, llama_server_n_cpu_moe='auto', shape_n_cpu_moe=0)
     assert values['N_CPU_MOE'] == '0'
-    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_origin=origin, _llama_server_eff_n_cpu_moe=0)
+    text = narrative(_llama_server_plan=PLAN, shape_origin=origin, shape_n_cpu_moe=0)
     assert '# Why N_CPU_MOE 0: llama_server_n_cpu_moe auto - the planner kept every expert on the GPUs.' in text
     # pinned: the plan file says nothing of it (the env file's reason covers it)
-    text = narrative(_llama_server_plan=PLAN, _llama_server_eff_origin=dict(origin, n_cpu_moe='pinned'))
+    text = narrative(_llama_server_plan=PLAN, shape_origin=dict(origin, n_cpu_moe='pinned'))
     assert 'Why N_CPU_MOE' not in text
     # the word itself never reaches the env file: its checker refuses it
     _, _, problems = rendered(llama_server_n_cpu_moe='auto')
