@@ -73,6 +73,10 @@ _value:
     origin:
       description: C(pinned) or C(planned), for C(tensor_split), C(ctx_size), C(cache_ram) and C(n_cpu_moe).
       type: dict
+    shape:
+      description: The complete serve shape the C(dankfleet.llm.llama_server) role writes into its env file as it is -
+        every settled serve setting, the four values above filled in (C(cache_ram) in MiB, never C(auto)), and C(origin).
+      type: dict
     fit:
       description: The fit, its C(errors) and C(warnings) naming inventory variables.
       type: dict

@@ -28,9 +28,8 @@ import re
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.serve_guard import shadowed
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import ctx_parallel_problem, payload_path, split_devices_problem
-# the serve shape's rules, read here under their old names too (plan_result, the tests)
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import int_like, origin, pinned  # noqa: F401
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import ctx_parallel_problem, origin, payload_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import split_devices_problem
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import BOOLEANS_FALSE, BOOLEANS_TRUE
 
 PREFIXES = ("llama_server_", "llm_plan_", "gguf_fetch_", "runtime_retire_", "dankfleet_")

@@ -97,7 +97,7 @@ serve:
   returned: always
   type: dict
 origin:
-  description: C(pinned) (the inventory set it) or C(open) (the planner chooses) for C(tensor_split), C(ctx_size), C(cache_ram).
+  description: C(pinned) (the inventory set it) or C(planned) (left to the planner) for C(tensor_split), C(ctx_size), C(cache_ram), C(n_cpu_moe).
   returned: always
   type: dict
 port_handover_units:
@@ -122,7 +122,7 @@ shape:
   description:
     - With O(plan) - what the env file carries - C(tensor_split), C(ctx_size), C(cache_ram), C(n_cpu_moe) (the
       plan's where the inventory left them open, the pinned ones where it set them, the configured ones when no plan
-      ran; an n_cpu_moe of C(auto) is then V(0)) and C(origin) (C(pinned), C(planned) or C(open)) of each.
+      ran; an n_cpu_moe of C(auto) is then V(0)) and C(origin) (C(pinned) or C(planned)) of each.
   returned: when O(plan) is given
   type: dict
   sample: {tensor_split: [35, 30], ctx_size: 393216, cache_ram: 16384, n_cpu_moe: 0,
