@@ -73,10 +73,14 @@ def test_the_rollback_decides_in_both_halves_and_restores_a_recorded_shape_only_
                                                          "Restore the shape, restart and gate it"]
 
 
-def test_the_stage_holds_the_restart_handler_and_the_switch_restarts_onto_the_staged_files():
-    with open(os.path.join(REPO, "roles", "llama_server", "handlers", "main.yml")) as f:
-        handlers = dict((h["name"], h) for h in yaml.safe_load(f))
-    assert "llama_server_stage_only" in handlers["Restart llama-server"]["when"]
+def _service_restart():
+    with open(os.path.join(REPO, "roles", "llama_server", "tasks", "service.yml")) as f:
+        (block,) = [t for t in yaml.safe_load(f) if "block" in t]
+    return dict((t["name"], t) for t in block["block"])
+
+
+def test_the_stage_holds_the_restart_and_the_switch_restarts_onto_the_staged_files():
+    assert "not (llama_server_stage_only | bool)" in _service_restart()["Restart llama-server"]["when"]
     with open(os.path.join(REPO, "playbooks", "deploy_endpoints.yml")) as f:
         play = yaml.safe_load(f)[0]
     tasks = dict((t["name"], t) for t in play["tasks"])
@@ -88,7 +92,7 @@ def test_the_stage_holds_the_restart_handler_and_the_switch_restarts_onto_the_st
     assert play["vars"]["_dankfleet_stage_only"] == "{{ 'stage' in ansible_run_tags and 'switch' not in ansible_run_tags }}"
 
 
-def test_the_staged_restart_reads_the_gate_pending_mark_the_held_handler_left():
+def test_the_staged_restart_reads_the_gate_pending_mark_the_stage_left():
     """The switch restarts an active unit onto staged files only when the stage changed them (gate-pending); each
     condition is an expression (unquoted, YAML once read this one as a mapping, which is always true)."""
     with open(os.path.join(REPO, "roles", "llama_server", "tasks", "service.yml")) as f:
@@ -96,6 +100,8 @@ def test_the_staged_restart_reads_the_gate_pending_mark_the_held_handler_left():
     when = tasks["Restart onto the staged shape (rendered by the stage half, never gated)"]["when"]
     assert all(isinstance(w, str) for w in when), when
     assert "llama_server_restart_staged | bool" in when and any("_llama_server_gate_pending" in w for w in when)
-    with open(os.path.join(REPO, "roles", "llama_server", "handlers", "main.yml")) as f:
-        marks = [h for h in yaml.safe_load(f) if h["name"] == "Mark the gate pending"]
-    assert marks and "when" not in marks[0]  # the stage's held restart still leaves the mark
+    with open(os.path.join(REPO, "roles", "llama_server", "tasks", "config.yml")) as f:
+        (mark,) = [t for t in yaml.safe_load(f) if t.get("ansible.builtin.import_tasks") == "gate_pending.yml"]
+    # the stage half restarts nothing but still leaves the mark when it changed the files
+    assert mark["when"] == ["llama_server_stage_only | bool", "__llama_server_files is changed"]
+    assert _service_restart()["Mark the gate pending before the restart"]["when"] == "_llama_server_restart_wanted | bool"

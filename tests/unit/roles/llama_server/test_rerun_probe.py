@@ -76,7 +76,7 @@ def test_only_the_env_file_compares_values_and_the_narrative_notifies_nothing():
     (files,) = [t for t in _tasks('config.yml') if t.get('register') == '__llama_server_files']
     specs = files['dankfleet.llm.render_files']['files']
     assert [s['src'] for s in specs if s.get('compare') == 'values'] == ['llama-server.env.j2']
-    assert files['notify'] == 'llama_server restart' and files['changed_when'] == '__llama_server_files.values_changed'
+    assert 'notify' not in files and files['changed_when'] == '__llama_server_files.values_changed'
     (plan,) = [t for t in _tasks('config.yml') if t.get('register') == '__llama_server_plan_file']
     assert 'notify' not in plan and 'changed_when' not in plan
     assert [s['src'] for s in plan['dankfleet.llm.render_files']['files']] == ['llama-server.plan.txt.j2']
