@@ -42,8 +42,11 @@ from ansible_collections.dankfleet.llm.plugins.module_utils import staged_shape
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 
 REPO = import_paths.REPO
-# The switch's parts, in the order they run: a task belongs to the last part whose marker it matched (its role's
-# prefix or its name). Everything before the first marker is the settle/facts/plan every run does.
+# The switch's parts, in the order they run. Everything up to the staged-record check (or the retire, on a path with
+# no record to check) is the settle/facts/plan/decide every run does - the rollback's first play reads the serve
+# role's recorded shape there ("Look for the last gated shape"), which is no preflight and no gate. From then on a
+# task moves the switch on to the latest part whose marker it matches (its role's prefix or its name), never back:
+# the gate's own "Plan vs actual after a passing gate" stays in verify.
 PARTS = (
     ("settle, facts, plan", ()),
     ("staged-record check", ("Switch - refuse when nothing is staged",)),
@@ -51,8 +54,8 @@ PARTS = (
     ("retire the predecessor", ("dankfleet.llm.runtime_retire : ", "Retire what serves the endpoint now")),
     ("start", ("Enable the unit", "Start the unit when it is down", "Restart onto the staged shape",
                "Run the restart handler now", "Restart llama-server", "journal watch")),
-    ("gate", ("Gate the new shape", "gate")),
-    ("verify", ("Verify", "verify")),
+    ("gate", ("Gate the new shape", "Gate: ")),
+    ("verify", ("Verify the gated shape", "Verify the live shape", "Verify: ")),
     ("mark, report", ("Switch - mark the staged shape switched", "Ask the endpoint for one real completion")),
 )
 SLOW_ROLES = ("dankfleet.llm.llama_cpp_build : ", "dankfleet.llm.gguf_fetch : ")
@@ -104,13 +107,13 @@ def dark_spans(samples):
 
 def parts_of(result, host):
     """{part: (first start, last end)} and the tasks of the slow roles that ran, from the json callback's output."""
-    parts, current, slow = {}, PARTS[0][0], []
+    parts, current, slow = {}, 0, []
     for play in result.get("plays", []):
         for task in play.get("tasks", []):
             name = task["task"]["name"]
-            for part, markers in PARTS:
-                if any(m in name for m in markers):
-                    current = part
+            matched = [i for i, (_, markers) in enumerate(PARTS) if any(m in name for m in markers)]
+            if current or any(i in matched for i in (1, 3)):  # the staged-record check, or the retire, starts it
+                current = max([current] + matched)
             outcome = task.get("hosts", {}).get(host)
             if outcome is None or outcome.get("skipped"):
                 continue
@@ -120,8 +123,8 @@ def parts_of(result, host):
             if not span.get("start") or not span.get("end"):
                 continue
             start, end = parse_time(span["start"]), parse_time(span["end"])
-            first, last = parts.get(current, (start, end))
-            parts[current] = (min(first, start), max(last, end))
+            first, last = parts.get(PARTS[current][0], (start, end))
+            parts[PARTS[current][0]] = (min(first, start), max(last, end))
     return parts, slow
 
 

@@ -610,9 +610,17 @@ def checklist_entries(items):
             groups[key] = []
             order.append(key)
         groups[key].append("%s %s" % (field, i["value"]) if field else i["value"])
-    return [(var, "%s%s: %s" % (var, (" " + entry if entry.startswith("[") else "." + entry) if entry else "",
-                                ", ".join(groups[(var, entry)])))
+    return [(var, "%s%s: %s%s" % (var, (" " + entry if entry.startswith("[") else "." + entry) if entry else "",
+                                  ", ".join(groups[(var, entry)]), waived_by(var)))
             for var, entry in order]
+
+
+def waived_by(name):
+    """The way out of filling `name` at all (INERT_WHEN_SET), as a checklist line's tail; '' when there is none."""
+    for prefix, decider in INERT_WHEN_SET:
+        if name.startswith(prefix):
+            return " (or nothing: set %s to a tree already built on the host, which is adopted instead)" % decider
+    return ""
 
 
 def inert(name, values):

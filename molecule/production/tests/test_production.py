@@ -14,8 +14,11 @@ converge (the real first deploy) and idempotence. Tests run in file order and bu
 6. the rollback refuses, changing nothing, a shape that is not a layer split;
 7. from radiance-like units holding :7770 (put back with the README's restore command) the README's
    rollback command brings the layer split back;
-The README's `--tags stage` / `--tags switch` halves (issue 36) are not rehearsed here yet: the first try's switch
-found :7770 still held after the retire (branch w3-dayone, commit d8f306e, keeps that test).
+8. from radiance-like units again, with no gated record: the README's `--tags stage` adopts a tree built by hand
+   (the converged release's bin/ and lib/ copied out, no stamp: a real CPU build bundled as the runbook's is) without
+   a rebuild and leaves them serving (their unit untouched, :7770 answering throughout, frank-medium not started);
+   its `--tags switch` retires them, starts the adopted release, gates and verifies the layer split; a switch with
+   nothing staged is refused, changing nothing.
 No test depends on another having run: what converge left (1-3) is read once, before any test (the
 autouse `converged` probe); every other test takes its own before/after or builds its own starting state.
 """
@@ -336,8 +339,8 @@ def test_readme_production_commands_run_as_written(host):
     checks = [c for c in commands if "--check" in c]
     halves = [c for c in commands if re.search(r"--tags (stage|switch)$", c)]
     tagged = [c for c in commands if "--tags" in c and c not in checks and c not in halves]
-    # the plain deploy is converge itself; the rollback and the restore run in the rollback test; the two halves
-    # are not rehearsed yet (see the module docstring)
+    # the plain deploy is converge itself; the rollback and the restore run in the rollback test, the two halves
+    # in the stage/switch test
     assert rollback and restore and len(checks) == 2 and len(tagged) == 2 and len(halves) == 2, commands
     before = snapshot(host)
     for command in checks:
@@ -418,3 +421,90 @@ def test_rollback_from_radiance_like_units(host, tmp_path):
     # radiance is in the trash again, with a fresh MANIFEST beside the restored ones
     assert not host.file("/home/dank/dankserver/frank-medium/entrypoint.sh").exists
     assert host.file("/home/dank/.AGENTTRASH/%s-radiance-tp2-retire/MANIFEST" % day).exists
+
+
+STANDIN = ("runuser -u dank -- env XDG_RUNTIME_DIR=/run/user/1000 systemctl --user show -p ActiveState -p MainPID "
+           "-p ActiveEnterTimestampMonotonic frank-medium-radiance.service")
+
+
+def standin_unit(host):
+    """The stand-in's unit as KEY=VALUE (systemctl prints properties in its own order, not in -p's)."""
+    return dict(line.split("=", 1) for line in host.run(STANDIN).stdout.splitlines() if "=" in line)
+
+
+HAND_BUILT = "/home/dank/llama.cpp-handbuilt"
+# every path of the hand-built tree with its type, mode, mtime and bytes: adoption only reads it
+HAND_BUILT_PRINT = "cd %s && find . -printf '%%p %%y %%m %%T@ %%l\\n' | sort && find . -type f -print0 | sort -z | " \
+    "xargs -0 sha256sum" % HAND_BUILT
+
+
+def unit_state(host):
+    """frank-medium's ActiveState and SubState: 'activating auto-restart' is not running either, but it is started."""
+    return host.run("systemctl show -p ActiveState -p SubState --value %s.service", UNIT).stdout.split()
+
+
+def test_stage_leaves_radiance_serving_and_switch_swaps_it(host, tmp_path):
+    """Issue 36: the README's two halves, from radiance-like units and no gated record (a state dir of its own),
+    the runtime adopted from a tree built by hand."""
+    retire = checks.retire_playbook(tmp_path / "retire.yml", "Replace frank-medium by radiance TP=2",
+                                    "frank-medium-day-one", PORT, trash_dir="/home/dank/.AGENTTRASH")
+    run = playbook("-i", inventory(), str(retire))
+    assert run.returncode == 0, run.stdout[-4000:]
+    restore = [c for c in readme_commands() if "runtime_restore.yml" in c][0]
+    day = host.run("ls -d /home/dank/.AGENTTRASH/*-radiance-tp2-retire").stdout.split()[0].split("/")[-1][:8]
+    run = run_readme(restore, YYYYMMDD=day)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    # the runbook's layout: bin/llama-server and the lib/ bundled beside it (RUNPATH $ORIGIN/../lib), no stamp
+    made = host.run("rm -rf {0} && mkdir -p {0} && cp -a /home/dank/llama.cpp/current/bin /home/dank/llama.cpp/current/lib "
+                    "{0}/ && chown -R dank:dank {0}".format(HAND_BUILT))
+    assert made.rc == 0, made.stderr
+    hand_built = host.run(HAND_BUILT_PRINT).stdout
+    releases = set(host.run("ls /home/dank/llama.cpp/releases").stdout.split())
+    day_one = " -e llama_server_state_dir=/var/lib/frank-medium-day-one -e llama_cpp_build_adopt_from=" + HAND_BUILT
+    (stage,) = [c for c in readme_commands() if c.endswith("--tags stage")]
+    (switch,) = [c for c in readme_commands() if c.endswith("--tags switch")]
+
+    before = snapshot(host)
+    run = run_readme(switch + day_one)
+    said = " ".join(run.stdout.split())  # the yaml callback folds a long msg over lines
+    assert run.returncode != 0 and "nothing is staged for frank-medium" in said, run.stdout[-4000:]
+    assert snapshot(host) == before
+
+    standin = standin_unit(host)
+    assert standin["ActiveState"] == "active", standin
+    # :7770 polled every 0.2 s for the whole stage, by a transient unit of the container's systemd
+    poll = host.run("rm -f /root/standin.poll; systemd-run --unit=standin-poll bash -c 'while sleep 0.2; do curl -s -o "
+                    "/dev/null -w \"%%{http_code}\\n\" http://127.0.0.1:%s/health >> /root/standin.poll; done'", PORT)
+    assert poll.rc == 0, poll.stderr
+    run = run_readme(stage + day_one)
+    polled = host.run("systemctl stop standin-poll.service; cat /root/standin.poll").stdout.split()
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    said = " ".join(run.stdout.split())
+    assert "staged: frank-medium recorded in /var/lib/frank-medium-day-one/staged.json" in said, run.stdout[-3000:]
+    assert len(polled) > 10 and set(polled) == {"200"}, polled          # :7770 answered throughout the stage
+    assert standin_unit(host) == standin                                # the stand-in's unit untouched
+    # not started at all (a held restart once left it crash-looping on the taken port: 'activating auto-restart')
+    assert unit_state(host) == ["inactive", "dead"], unit_state(host)
+    # adopted, not built: one new release, the hand-built tree's, current on it; the tree itself untouched
+    adopted = set(host.run("ls /home/dank/llama.cpp/releases").stdout.split()) - releases
+    assert len(adopted) == 1 and "-adopted-" in list(adopted)[0], adopted
+    (adopted,) = adopted
+    assert "adopted %s (copy) as /home/dank/llama.cpp/releases/%s" % (HAND_BUILT, adopted) in said, run.stdout[-3000:]
+    assert "TASK [dankfleet.llm.llama_cpp_build : Build" not in run.stdout
+    assert host.run("readlink /home/dank/llama.cpp/current").stdout.strip().endswith(adopted)
+    assert host.run(HAND_BUILT_PRINT).stdout == hand_built
+    assert "radiance-standin" in json.dumps(checks.models(host, PORT))
+
+    run = run_readme(switch + day_one)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    said = " ".join(run.stdout.split())
+    assert "gate (new shape) passed" in said and "verify passed" in said and "switched: staged" in said, run.stdout[-3000:]
+    assert host.service(UNIT).is_running
+    models = checks.models(host, PORT)
+    assert [m["id"] for m in models["data"]] == ["frank-medium"] and "radiance-standin" not in json.dumps(models)
+    assert standin_unit(host)["ActiveState"] != "active"
+    # the layer split runs the adopted release
+    exe = host.run("readlink -f /proc/$(systemctl show -p MainPID --value %s.service)/exe", UNIT).stdout.strip()
+    assert exe == "/home/dank/llama.cpp/releases/%s/bin/llama-server" % adopted, exe
+    record = json.loads(host.file("/var/lib/frank-medium-day-one/staged.json").content_string)
+    assert record["switched_at"] and record["switch_seconds"] > 0 and record["stage_seconds"] > 0

@@ -3,6 +3,8 @@ What each half selects, read from ansible-playbook --list-tasks over the product
 real roles): stage builds or adopts, fetches, plans, renders and records - no retire, no start, no gate; switch checks
 the staged record before anything renders or stops, then retires, starts, gates, verifies and marks it - no build,
 no download. The hold on the restart handler and the staged restart are the serve role's own inputs. ~6 s."""
+import glob
+import json
 import os
 import re
 import subprocess
@@ -105,3 +107,36 @@ def test_the_staged_restart_reads_the_gate_pending_mark_the_stage_left():
     # the stage half restarts nothing but still leaves the mark when it changed the files
     assert mark["when"] == ["llama_server_stage_only | bool", "__llama_server_files is changed"]
     assert _service_restart()["Mark the gate pending before the restart"]["when"] == "_llama_server_restart_wanted | bool"
+
+
+def import_vars(node, found):
+    """Every variable a play passes to a role through an import_role/include_role task's vars, anywhere in node."""
+    if isinstance(node, dict):
+        if any(k in node for k in ("ansible.builtin.import_role", "ansible.builtin.include_role")):
+            found.update(node.get("vars") or {})
+        for value in node.values():
+            import_vars(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            import_vars(value, found)
+    return found
+
+
+def test_no_handler_reads_a_variable_a_playbook_passes_through_an_import():
+    """A role imported twice in one play (the deploy: llama_server's prepare, then its start) runs its handlers in
+    the scope of another import than the one that notified them: a variable passed in one import's vars is not what
+    the handler sees. That held no restart: the stage's handler restarted the unit into a crash loop behind the
+    predecessor's port, and the switch found :7770 taken by it. A handler reads role defaults, inventory and facts."""
+    passed = set()
+    for path in sorted(glob.glob(os.path.join(REPO, "*.yml")) + glob.glob(os.path.join(REPO, "playbooks", "*.yml"))):
+        with open(path) as f:
+            import_vars(yaml.safe_load(f), passed)
+    assert "llama_server_stage_only" in passed  # what this rule is about: the deploy's stage half sets it so
+    handlers = os.path.join(REPO, "roles")
+    for role in sorted(os.listdir(handlers)):
+        path = os.path.join(handlers, role, "handlers", "main.yml")
+        if os.path.exists(path):
+            with open(path) as f:
+                text = json.dumps(yaml.safe_load(f))  # the handlers as Ansible reads them (their comments left out)
+            read = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+            assert not read & passed, (path, sorted(read & passed))

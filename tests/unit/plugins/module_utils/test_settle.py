@@ -142,7 +142,8 @@ def test_placeholders_of_every_kind_in_one_list_and_listed_without_refusing():
     assert messages(out) == []
     assert s.checklist_lines(out['checklist']) == [
         'gguf_fetch_manifest [target]: size 0 (the file\'s size on the Hub), sha256 FILL-oid',
-        'llama_cpp_build_toolchain_sha256: FILL-sha',
+        'llama_cpp_build_toolchain_sha256: FILL-sha (or nothing: set llama_cpp_build_adopt_from to a tree already built on '
+        'the host, which is adopted instead)',
         'runtime_retire_runtimes [r]: quadlets[0].path FILL-q.container']
     # a run that changes the host refuses the same lines, one each, naming the variable the operator edits
     refused = run(values)
