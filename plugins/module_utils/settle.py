@@ -28,7 +28,7 @@ import re
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.module_utils.serve_guard import shadowed
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import ctx_parallel_problem, origin, payload_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import ctx_parallel_problem, origin, payload_paths
 from ansible_collections.dankfleet.llm.plugins.module_utils.shape import split_devices_problem
 from ansible_collections.dankfleet.llm.plugins.module_utils.strict_values import BOOLEANS_FALSE, BOOLEANS_TRUE
 
@@ -628,20 +628,6 @@ def inert(name, values):
 
 
 # --- the serve role's inputs ----------------------------------------------------------------------------------
-
-def payload_paths(manifest, models_dir, fallback=None):
-    """{target/drafter/mmproj: path}: <dest_dir>/<file> or <models_dir>/<name>/<file> per manifest entry (the
-    fetch role's layout), else the inventory's own llama_server_*_path (fallback) where it set one."""
-    out = {}
-    for item in manifest or []:
-        path = payload_path(item, models_dir)
-        if path is not None and isinstance(item.get("role"), str):
-            out[item["role"]] = path
-    for role, path in (fallback or {}).items():
-        if role not in out and path:
-            out[role] = path
-    return out
-
 
 def handover_units(runtimes):
     """The systemd units of runtime_retire_runtimes that may hold the serve port until the retire stage stops
