@@ -9,19 +9,15 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import json
-import os
-import sys
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'roles'))
-from serve_roles_helpers import collection_filters, role_file  # noqa: E402  pylint: disable=wrong-import-position
-
-from ansible_collections.dankfleet.llm.plugins.filter.fetch_entries import fetch_entries  # noqa: E402
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import payload_path  # noqa: E402
+from ansible_collections.dankfleet.llm.plugins.filter.fetch_entries import fetch_entries
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import payload_path
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import collection_filters, role_file
 
 # --- the YAML each filter replaced, verbatim ----------------------------------------------------------------------
 OLD_USER_TASK = yaml.safe_load(r"""
