@@ -14,14 +14,18 @@ Plain Python (no Ansible import); the filters ``fetch_entries`` and ``fetch_repo
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.shape import payload_path
+
 
 def manifest_entries(manifest, models_dir):
-    """The manifest's entries, each with dest_dir and dest added (an empty dest_dir counts as none)."""
+    """The manifest's entries, each with dest_dir and dest added (an empty dest_dir counts as none); dest is
+    shape.payload_path's, the one layout the settle step and the plan use too (a dest_dir ending in ``/`` gives
+    ``<dest_dir><file>``, never ``//``)."""
     out = []
     for entry in manifest or []:
         dest_dir = entry.get("dest_dir") or "%s/%s" % (models_dir, entry["name"])
         item = dict(entry)
-        item.update({"dest_dir": dest_dir, "dest": "%s/%s" % (dest_dir, entry["file"])})
+        item.update({"dest_dir": dest_dir, "dest": payload_path(dict(entry, dest_dir=dest_dir, file=entry["file"]), models_dir)})
         out.append(item)
     return out
 

@@ -210,3 +210,33 @@ def is_current(entry, state='file', content=None, checksum=None, mode=None, owne
     if src is not None and entry.get('link_target') != src:
         return False
     return True
+
+
+# --- a role's inputs on the host ------------------------------------------------------------------------------
+
+def _digit(char):
+    return int(char) if char.isdigit() else 0
+
+
+def executable(entry):
+    """Whether a path entry of this module's answer can be run: a link whose target exists, else some x bit in its
+    mode (root runs a file with any)."""
+    if entry.get("type", "") == "link":
+        return bool(entry.get("target_exists", False))
+    return any(_digit(char) % 2 for char in str(entry.get("mode", "0000"))[-3:])
+
+
+def missing_inputs(inputs, paths, binary="llama-server binary"):
+    """The inputs ({what, path, fix}) the reading ``paths`` (this module's ``paths`` answer) shows missing - nothing at
+    the path (an empty or relative one is never read), or for ``binary`` not executable - each with ``refusal``
+    (what a real run says) and ``note`` (what a check run says) added."""
+    out = []
+    for item in inputs:
+        found = paths.get(item["path"], {"exists": False})
+        if found["exists"] and (item["what"] != binary or executable(found)):
+            continue
+        out.append(dict(item, refusal="the %s %s is missing%s: %s." % (
+            item["what"], item["path"] or "(empty path)", " or not executable" if item["what"] == binary else "",
+            item["fix"]), note="the %s %s is missing (a real run refuses unless the build/fetch roles provide it)."
+            % (item["what"], item["path"])))
+    return out

@@ -306,3 +306,17 @@ def serve_shape(split, ctx_size, cache_ram, llm_plan, parallel=1, devices=None, 
         if problem and not mine[key]:
             problems.append(Problem(*problem))
     return shape, problems
+
+
+def plan_headers(plan, reads, recorded=None, on_host=None, read=None, skipped=False):
+    """role -> the GGUF header facts fit_plan plans with. reads ``recorded``: the controller's records (role -> the
+    parsed record, in ``plan['recorded_headers']``'s order) and what the manifest's urls gave (``plan['url_headers']``);
+    else what the facts' one call read on the host (``on_host``) when the plan's own read was ``skipped``, else that
+    read's loop results (``read``: the registered gguf_info loop over ``plan['payload_paths']``)."""
+    if reads == "recorded":
+        out = dict(recorded or {})
+        out.update(plan.get("url_headers") or {})
+        return out
+    if skipped:
+        return dict(on_host or {})
+    return dict((r["item"]["key"], r) for r in (read or {}).get("results", []) if "item" in r)

@@ -116,6 +116,18 @@ def workers_from_hostvars(hosts):
     return out
 
 
+def worker_facts(host, found):
+    """One worker's facts as ``workers_from_hostvars`` reads them, from its hostvars ``found``: its GPUs from its own
+    published plan (``llm_plan.gpu_facts``) when it ran the llm_plan role, else its ``gpu_facts``."""
+    facts = found.get("ansible_facts")
+    plan = found.get("llm_plan")
+    return {"inventory_hostname": host, "dankfleet_private_address": found.get("dankfleet_private_address"),
+            "llama_rpc_worker_devices": found.get("llama_rpc_worker_devices"),
+            "llama_rpc_worker_backend": found.get("llama_rpc_worker_backend", "cpu"),
+            "ansible_facts": {"memtotal_mb": facts.get("memtotal_mb") if hasattr(facts, "get") else None},
+            "gpu_facts": plan["gpu_facts"] if hasattr(plan, "get") and "gpu_facts" in plan else found.get("gpu_facts")}
+
+
 def rpc_endpoints(workers):
     """The head's --rpc list: 'address:port' for every worker device, in inventory order."""
     eps = []

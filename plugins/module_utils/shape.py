@@ -9,7 +9,8 @@ the plan's result and the serve role's env file import it:
 * ``pinned`` / ``origin``: a value the inventory set is ``pinned``; one it left open (a split of ``[]``, a context
   of ``0``, a cache-ram or n_cpu_moe of ``auto``) is ``planned`` - the planner chooses it (``llm_plan.planned``
   says whether a plan has run yet). Two words, everywhere;
-* ``payload_path``: the payload layout ``<models_dir>/<name>/<file>`` (or ``<dest_dir>/<file>``), the fetch's;
+* ``payload_path`` / ``payload_paths``: the payload layout ``<models_dir>/<name>/<file>`` (or ``<dest_dir>/<file>``,
+  one ``/`` where dest_dir ends in one), the fetch's, the settle step's and the plan's;
 * ``ctx_parallel_problem`` / ``split_devices_problem``: a context that does not divide over the slots, a split
   with another number of shares than devices - llama.cpp would round the pool down, or die at load;
 * ``served``: the complete shape from the settled serve settings and the plan's choices (each with its origin);
@@ -79,6 +80,20 @@ def payload_path(item, models_dir):
     base = item.get("dest_dir")
     base = base if isinstance(base, str) and base else "%s/%s" % (models_dir, item.get("name", ""))
     return "%s/%s" % (base.rstrip("/"), item["file"])
+
+
+def payload_paths(manifest, models_dir, fallback=None):
+    """{target/drafter/mmproj: path}: payload_path per manifest entry (the fetch role's layout), else fallback's
+    path (the inventory's own llama_server_*_path, or what the settle step derived) for a role no entry declares."""
+    out = {}
+    for item in manifest or []:
+        path = payload_path(item, models_dir)
+        if path is not None and isinstance(item.get("role"), str):
+            out[item["role"]] = path
+    for role, path in (fallback or {}).items():
+        if role not in out and path:
+            out[role] = path
+    return out
 
 
 # --- the cross rules ------------------------------------------------------------------------------------------

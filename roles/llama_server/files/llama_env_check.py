@@ -102,6 +102,8 @@ def check(variables):
     def number(name):
         return int(v[name]) if INTEGER.match(v.get(name, '')) else None
 
+    # the serve shape's two rules (plugins/module_utils/shape.py: ctx_parallel_problem, split_devices_problem), a copy
+    # for the host; tests/unit/roles/llama_server/test_env_check_agrees_with_shape.py fails when the two disagree
     ctx, parallel = number('CTX_SIZE'), number('PARALLEL')
     if parallel is not None and parallel < 1:
         problems.append('PARALLEL=%d: at least one slot' % parallel)

@@ -30,7 +30,7 @@ TRACE = (
 )
 # Every other expression in roles/ and playbooks/ that reads the context, and why it carries nothing to --ctx-size.
 READERS = {
-    ('roles/llm_plan/tasks/facts.yml', '_pinned_ctx: "{{ llm_plan_serve.ctx_size | int > 0 }}"'): 'its origin',
+    ('roles/llm_plan/tasks/facts.yml', 'ctx_size: "{{ _origin.ctx_size }}"'): 'its origin (dankfleet.llm.serve_origin)',
     ('roles/llm_plan/tasks/facts.yml', 'ctx_size: "{{ llm_plan_serve.ctx_size | int }}"'):
         'llm_plan before a plan ran (the same hop as plan.yml: the value llm_plan publishes)',
     ('roles/llama_server/templates/llama-server.env.j2', '{% set _ctx = shape.ctx_size | int %}'): 'a comment',

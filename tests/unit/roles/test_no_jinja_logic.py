@@ -14,9 +14,6 @@ FILES = sorted(glob.glob(os.path.join(REPO, 'roles', '*', 'tasks', '*.yml'))
                + glob.glob(os.path.join(REPO, 'roles', '*', 'vars', '*.yml')))
 TAG = re.compile(r'{%-?\s*(\w+)')
 CONDITIONAL = ('if', 'elif', 'else', 'endif')
-# Files whose Jinja moves with the typed serve shape (issue 32, items 1-2: another change owns them). Each must still
-# hold a `{%` - the test below says when one is clean, and then it leaves this list.
-PENDING = {'roles/llama_server/tasks/preflight.yml', 'roles/llm_plan/tasks/plan.yml', 'roles/llm_plan/vars/main.yml'}
 
 
 def offences(text):
@@ -43,11 +40,6 @@ def test_the_rule_sees_a_loop_and_passes_a_one_line_conditional():
 
 
 def test_no_jinja_logic_in_tasks_or_vars():
-    found = ['%s:%d: %s' % (_rel(p), n, line) for p in FILES if _rel(p) not in PENDING
+    found = ['%s:%d: %s' % (_rel(p), n, line) for p in FILES
              for n, line in offences(open(p).read())]
     assert found == [], 'move the logic into a filter over module_utils (plugins/filter/*.py):\n' + '\n'.join(found)
-
-
-def test_each_pending_file_still_has_jinja_logic():
-    clean = [f for f in sorted(PENDING) if not offences(open(os.path.join(REPO, f)).read())]
-    assert clean == [], 'no `{%% ...` logic left in %s: take it off PENDING' % clean

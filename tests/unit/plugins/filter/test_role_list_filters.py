@@ -161,8 +161,11 @@ ENTRY = st.fixed_dictionaries({'name': NAME, 'file': NAME.map(lambda n: n + '.gg
 @settings(max_examples=60, deadline=None)
 @given(manifest=st.lists(ENTRY, max_size=4), models_dir=st.sampled_from(['/var/lib/dankfleet/models', '/m/', '']))
 def test_fetch_entries_is_the_loop_it_replaced(manifest, models_dir):
-    old = render(OLD_FETCH_ENTRIES, {'gguf_fetch_manifest': manifest, 'gguf_fetch_models_dir': models_dir})
-    assert fetch_entries(manifest, models_dir) == plain(old)
+    old = plain(render(OLD_FETCH_ENTRIES, {'gguf_fetch_manifest': manifest, 'gguf_fetch_models_dir': models_dir}))
+    # one change, chosen: a dest_dir ending in / gives one / (shape.payload_path, the settle step's and the plan's)
+    for entry in old:
+        entry['dest'] = entry['dest'].replace('/srv/m//', '/srv/m/')
+    assert fetch_entries(manifest, models_dir) == old
 
 
 def test_fetch_entries_recorded():
