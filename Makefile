@@ -77,7 +77,8 @@ sanity: host-deps venv
 lab-image: host-deps venv
 	tests/lab/build-image.sh
 
-llama-server: host-deps venv
+# No venv: the build needs only the OS packages, so `make lab` runs it beside venv, lab-image and models.
+llama-server: host-deps
 	tests/lab/build-llama-server.sh >/dev/null
 
 models: host-deps venv
@@ -112,8 +113,10 @@ test-fast:
 	@$(STEPS) "make test-fast" host-deps venv lint sanity unit
 
 # The prelude runs once, as steps of its own; lab-deploy alone (make lab-deploy) checks it itself.
+# The llama-server compile (CPU-bound, most of a cold run) runs in the background beside venv,
+# lab-image and models (downloads and unpacking): tests/lab/steps.sh's bg:/wait:.
 lab:
-	@LAB_PRELUDE_DONE=1 $(STEPS) "make lab" host-deps venv lab-image llama-server models lab-deploy
+	@LAB_PRELUDE_DONE=1 $(STEPS) "make lab" host-deps bg:llama-server venv lab-image models wait:llama-server lab-deploy
 
 lab-deploy: host-deps venv $(if $(LAB_PRELUDE_DONE),,lab-image llama-server models)
 	tests/lab/lab.sh $(LAB_ARGS)

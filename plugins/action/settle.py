@@ -110,7 +110,7 @@ class ActionModule(ActionBase):
                                   extra_known=settle_utils.PUBLISHED, placeholders_refused=args['placeholders'] == 'refuse',
                                   derived=set(n for n in values if n in task_vars and isinstance(task_vars[n], str)
                                               and '{{' in task_vars[n]))
-        # one cause (a selector naming nothing: frank_medium_shape: nope) leaves many values unreadable: one line
+        # one cause (a selector naming nothing: dankfleet_shape: nope) leaves many values unreadable: one line
         by_cause = {}
         for p in unreadable:
             by_cause.setdefault(p.message.split(' cannot be read: ', 1)[1], []).append(p.variable)

@@ -9,6 +9,14 @@
 # A step may add finer rows of its own (lab.sh does) by appending
 # "<seconds>\t<status>\t<name>" lines to $STEPS_TIMINGS; they are shown indented
 # under it.
+#
+# `bg:<target>` starts the target in the background (its own process group, its
+# output in .lab/steps-<target>.log) and the next steps run beside it;
+# `wait:<target>` waits for it: its row gives its own seconds, and the wait its
+# row (the time it added to the total). A failed background step prints the tail
+# of its log and fails the run at its wait; an interrupted run stops it too.
+# `make lab` compiles llama-server (CPU-bound) beside the venv, the image and the
+# models (mostly downloads and unpacking).
 set -uo pipefail
 
 title=$1; shift
@@ -30,12 +38,52 @@ table() {
     printf '  %-46s %9s  %s\n' "$name" "$secs" "$status"
   done < "$rows"
   [[ -n $current ]] && printf '  %-46s %9s  %s\n' "$current" - interrupted
+  [[ -n $bg_name ]] && printf '  %-46s %9s  %s\n' "$bg_name (background)" - interrupted
   printf '  %-46s %9s  %s\n' total "$total" "$( ((rc == 0)) && echo ok || echo FAILED)"
 }
-trap 'table; rm -f "$rows" "$rows".sub' EXIT
+bg_name="" bg_pid="" bg_t0=0 bg_log=""
+# shellcheck disable=SC2317 # called from the EXIT trap
+stop_bg() {
+  [[ -n $bg_pid ]] && kill -- "-$bg_pid" 2>/dev/null && wait "$bg_pid" 2>/dev/null
+  return 0
+}
+trap 'stop_bg; table; rm -f "$rows" "$rows".sub "$rows".bgsub' EXIT
 trap 'rc=130; exit 130' INT TERM
 
 for step in "$@"; do
+  case $step in
+    bg:*)
+      bg_name=${step#bg:}
+      mkdir -p .lab
+      bg_log=".lab/steps-$bg_name.log"
+      : > "$rows.bgsub"
+      bg_t0=$(date +%s)
+      echo "=== $bg_name: in the background (log: $bg_log)"
+      # setsid: a process group of its own, so an interrupted run stops the whole build
+      STEPS_TIMINGS="$rows.bgsub" setsid -w "$MAKE" --no-print-directory "$bg_name" > "$bg_log" 2>&1 &
+      bg_pid=$!
+      continue ;;
+    wait:*)
+      [[ ${step#wait:} == "$bg_name" ]] || { echo "steps.sh: $step: no background step of that name" >&2; rc=2; exit 2; }
+      current="waiting for $bg_name"
+      s0=$(date +%s)
+      wait "$bg_pid"
+      rc=$?
+      bg_pid=""
+      status=$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc)")
+      printf '%s\t%s\t%s\n' "$(( $(date +%s) - bg_t0 ))" "$status" "$bg_name (background)" >> "$rows"
+      while IFS=$'\t' read -r secs st name; do
+        printf '%s\t%s\t  %s\n' "$secs" "$st" "$name" >> "$rows"
+      done < "$rows.bgsub"
+      printf '%s\t%s\t%s\n' "$(( $(date +%s) - s0 ))" "$status" "waiting for $bg_name" >> "$rows"
+      name=$bg_name bg_name="" current=""
+      if ((rc != 0)); then
+        echo "=== $name failed (rc $rc); the end of $bg_log:" >&2
+        tail -n 40 "$bg_log" >&2
+        exit "$rc"
+      fi
+      continue ;;
+  esac
   current=$step
   : > "$rows.sub"
   s0=$(date +%s)

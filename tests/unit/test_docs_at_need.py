@@ -54,7 +54,7 @@ def test_fit_plan_doc_states_each_profile_measured_not_a_placeholder():
 
 
 SITE_NAMES = re.compile(r"frank[-_]medium_manifest|\bowner: dank\b|\bgroup: dank\b|\buser: dank\b|frank-medium\.(?:env|service)"
-                        r"|http://dankserver|/home/dank/|Refuse a frank-medium|Deploy the frank-medium")
+                        r"|http://dankserver|/home/dank/|Refuse a frank-medium|Deploy the frank-medium|frank_medium_shape")
 
 
 def test_shipped_examples_and_names_speak_of_endpoints_not_the_site():

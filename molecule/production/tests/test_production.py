@@ -6,7 +6,7 @@ converge (the real first deploy) and idempotence. Tests run in file order and bu
    unchanged, every verify check passed;
 2. the stand-in predecessor is in ~dank/.AGENTTRASH/<date>-radiance-tp2-retire with a MANIFEST;
 3. dank's passwd/shadow/group entries are byte-identical to before any deploy;
-4. every `ansible-playbook` command of the README's production section runs as written (its
+4. every `ansible-playbook` command of inventory/production/README.md's operating section runs as written (its
    `-i inventory/production` pointed at this rehearsal): both `--check --diff` dry runs (the one
    against the B850 facts among them) change nothing - checksums of every touched path before and
    after - and the `--tags` runs print the fit table (the mtp shape's among them);
@@ -58,8 +58,9 @@ def env_file(host):
 
 
 def readme_commands():
-    """`ansible-playbook` commands of the README's 'Operating frank-medium' section, continuations joined."""
-    text = (REPO / "README.md").read_text()
+    """`ansible-playbook` commands of the 'Operating frank-medium' section (inventory/production/README.md, beside
+    the inventory it operates), continuations joined."""
+    text = (REPO / "inventory" / "production" / "README.md").read_text()
     section = text.split("## Operating frank-medium", 1)[1].split("\n## ", 1)[0]
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", section, re.S):
@@ -358,7 +359,7 @@ def test_readme_production_commands_run_as_written(host):
 
 def test_the_readme_byte_proof_command_rehashes_and_changes_nothing(host):
     """The troubleshooting table's byte-proof command, as written: every payload file re-hashed, nothing changed."""
-    section = (REPO / "README.md").read_text().split("### Troubleshooting", 1)[1].split("\n#", 1)[0]
+    section = (REPO / "inventory" / "production" / "README.md").read_text().split("### Troubleshooting", 1)[1].split("\n#", 1)[0]
     (command,) = re.findall(r"`(ansible-playbook [^`]*gguf_fetch_verify=full)`", section)
     before = snapshot(host)
     run = run_readme(command)

@@ -232,3 +232,21 @@ def test_the_planner_chooses_n_cpu_moe_offline_and_says_so(moe_overlay, tmp_path
     assert pinned["n_cpu_moe"] == n and pinned["origin"]["n_cpu_moe"] == "pinned"
     assert pinned["fit"]["devices"] == llm_plan["fit"]["devices"] and pinned["fit"]["n_cpu_moe_choice"] is None
     assert "chosen by the planner" not in " ".join(msg_of(result, "Show the capacity table"))
+
+
+def test_named_shapes_are_the_collections_names_not_a_sites(overlay, tmp_path):
+    # issue 37: the shipped plays read dankfleet_shape / dankfleet_shapes (inventory/production points them at its
+    # frank_medium_* names); a shape the inventory declares is said with its why, another is refused by name
+    shapes = {"small": {"why": "one slot of 4096"}, "wide": {"why": "two slots of 8192"}}
+    (tmp_path / "shapes.yml").write_text(yaml.safe_dump({"dankfleet_shapes": shapes, "dankfleet_shape": "small"}))
+    result = playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "shapes.yml"))
+    assert msg_of(result, "Say which shape this run deploys") == "serve shape: small - one slot of 4096"
+    env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), PATH="%s:%s" % (BIN, os.environ["PATH"]))
+    run = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "inventory/sample", "-i", str(overlay / "hosts.yml"),
+                          "-e", "dankfleet_offline=true", "-e", "@%s" % (tmp_path / "shapes.yml"), "-e", "dankfleet_shape=huge",
+                          "playbooks/plan.yml", "--limit", "gpu-node-2"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300)
+    said = " ".join(run.stdout.split())
+    assert run.returncode != 0
+    assert "The serve shape is 'huge' (dankfleet_shape), but the inventory declares only small | wide" in said, said[-2000:]
+    assert "Settle the inventory" not in said

@@ -15,6 +15,7 @@ import yaml
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import plan_result
 
 HOST_VARS = os.path.join(lib.ROOT, "inventory", "production", "host_vars", "dankserver.yml")
 B850 = os.path.join(lib.FIXTURES, "gpu", "b850-proart.facts.json")
@@ -117,3 +118,24 @@ def test_the_shapes_run_reasoning_as_the_seeds_did():
     v = _vars()
     assert v["llama_server_reasoning"] == "on" and v["llama_server_reasoning_format"] == "deepseek"
     assert v["llama_server_chat_template_kwargs"] == {"enable_thinking": True, "preserve_thinking": True}
+
+
+def _doc_block(path, after):
+    """The first ``` block after the line holding `after` in a doc of the repo."""
+    with open(os.path.join(lib.ROOT, path)) as fh:
+        text = fh.read()
+    assert after in text, (path, after)
+    return text.split(after, 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_figures_are_what_the_planner_prints_today():
+    # issue 37: the dry run's fit table (inventory/production/README.md) and dankserver's fleet summary line (README,
+    # "The fleet's capacity") are the B850 board with the dflash2 shape as planned here; a planner change that moves
+    # them fails this test until the docs say the new figures
+    r = _plan("dflash2")
+    block = _doc_block(os.path.join("inventory", "production", "README.md"), "is read from the fetched file on the host):")
+    table = [line for line in block.splitlines() if " | " in line]
+    assert table == r["table"].splitlines()
+    summary = plan_result(r, _serve(_vars(), "dflash2"), host="dankserver")["capacity"]["summary"]
+    fleet = _doc_block("README.md", "then one fleet summary:")
+    assert summary in fleet.splitlines(), (summary, fleet)

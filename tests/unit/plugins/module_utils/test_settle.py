@@ -161,7 +161,7 @@ def test_a_derived_copy_of_a_placeholder_is_listed_once_under_the_variable_writt
 
 def test_every_documented_dankfleet_name_is_used_by_the_collection():
     text = ''
-    for pattern in ('README.md', 'docs/*.md', 'inventory/*/group_vars/*/*.yml', 'inventory/*/host_vars/*.yml',
+    for pattern in ('README.md', 'docs/*.md', 'inventory/*/README.md', 'inventory/*/group_vars/*/*.yml', 'inventory/*/host_vars/*.yml',
                     'roles/*/defaults/main.yml', 'playbooks/*.yml', 'playbooks/tasks/*.yml', '.config/molecule/*.yml'):
         for path in glob.glob(os.path.join(REPO, pattern)):
             with open(path) as handle:
