@@ -1090,10 +1090,12 @@ def _var(name):
 
 
 def served_settings(journal):
-    """What b11434's own lines of one start say it runs with: ``flash_attn`` (one word per context), ``target_kv``
-    and ``draft_kv`` ((K, V) per KV cache line, before and after the drafter's load line), ``ngram`` ((n_match,
-    n_max, n_min) per ngram-mod line) and ``draft_loaded``. Reads any text: a line of another shape is no line."""
-    out = {'flash_attn': [], 'target_kv': [], 'draft_kv': [], 'ngram': [], 'draft_loaded': False}
+    """What b11434's own lines of one start say it runs with: ``flash_attn`` (one word per context) and
+    ``target_flash_attn`` (how many of them came before the drafter's load line), ``target_kv`` and ``draft_kv``
+    ((K, V) per KV cache line, before and after the drafter's load line), ``ngram`` ((n_match, n_max, n_min) per
+    ngram-mod line) and ``draft_loaded``. Reads any text: a line of another shape is no line."""
+    out = {'flash_attn': [], 'target_flash_attn': 0, 'target_kv': [], 'draft_kv': [], 'ngram': [],
+           'draft_loaded': False}
     for line in (journal or '').split('\n'):
         if not out['draft_loaded'] and any(marker in line for marker in DRAFT_LOAD_LINES):
             out['draft_loaded'] = True
@@ -1101,6 +1103,7 @@ def served_settings(journal):
         m = FLASH_ATTN_LINE.search(line)
         if m:
             out['flash_attn'].append(m.group(1))
+            out['target_flash_attn'] += 0 if out['draft_loaded'] else 1
             continue
         m = KV_CACHE_LINE.search(line)
         if m:
@@ -1179,8 +1182,9 @@ def compare_settings(wanted, served, args, verbosity):
     s = served or {}
     for name, configured in sorted(wanted.items(), key=lambda kv: [n for n, _, _ in SETTINGS].index(kv[0])):
         if name == 'FLASH_ATTN':
-            row(name, configured, s.get('flash_attn'), lambda v: configured == 'auto' or v == configured,
-                "this start's journal has no 'llama_context: flash_attn' line")
+            row(name, configured, s.get('flash_attn') if s.get('target_flash_attn') else [],
+                lambda v: configured == 'auto' or v == configured,
+                "this start's journal has no 'llama_context: flash_attn' line of the target")
         elif name in ('CACHE_TYPE_K', 'CACHE_TYPE_V', 'SPEC_DRAFT_TYPE_K', 'SPEC_DRAFT_TYPE_V'):
             draft = name.startswith('SPEC_DRAFT')
             pairs = s.get('draft_kv' if draft else 'target_kv') or []
