@@ -33,10 +33,16 @@ skipped with the reason when the live shape (its env file) does not configure th
 - ``defaults``: ``/props`` ``default_generation_settings.params`` (temperature, top_p, top_k, min_p,
   presence_penalty) equal what the env file sets;
 - ``isolation``: on each slot a greedy prompt, another long conversation, the greedy prompt again with and
-  without the prompt cache: the three answers are identical (a recurrent state that leaks between requests).
+  without the prompt cache: the three answers are identical (a recurrent state that leaks between requests);
+- ``settings``: what llama-server was given, where b11434 reports it nowhere in ``/props``: this start's journal
+  carries flash-attn (``llama_context: flash_attn = enabled``, every context), the K and V cache types
+  (``llama_kv_cache: size = ... K (f16): ... V (f16): ...``, the target's before the drafter's load line, the
+  drafter's after it) and ngram-mod's window (``- n_match=24, n_max=64, n_min=48``), and the main process's argv
+  (``/proc/<MainPID>/cmdline``) the ``--reasoning-budget``; each equals what the env file sets. b11434 logs those
+  lines at trace (-lv 4): at a lower ``LOG_VERBOSITY`` each is reported "not logged at verbosity N", not compared.
 
 A configured feature that does not work (stream, tools, vision, a slot that never drafts, a refused
-window, a drafter missing from the journal, a default that differs, a slot whose answer changed) is
+window, a drafter missing from the journal, a default or a setting that differs, a slot whose answer changed) is
 ``fail`` and fatal: the caller rolls back. Figures (prefix-cache reuse, a changed effort map) are ``warn``.
 ``run_verify`` never raises for a failing endpoint, only (VerifyError) for bad input.
 """
@@ -47,6 +53,7 @@ __metaclass__ = type
 import base64
 import json
 import random
+import re
 import struct
 import threading
 import time
@@ -64,7 +71,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate im
     GateError, error_text, expectations, start_journal)
 
 CHECKS = ('stream', 'tools', 'reasoning_effort', 'vision', 'slots', 'prefix_cache', 'window', 'drafter', 'defaults',
-          'isolation')
+          'isolation', 'settings')
 TEXT_MAX = 500            # characters of a server's error message in a finding
 WINDOW_MAX = 1 << 21      # tokens of one slot the window check fills when the env file names no CTX_SIZE
 CHAT_PATH = 'POST /v1/chat/completions'
@@ -96,6 +103,32 @@ SAMPLER_DEFAULTS = (
     ('min_p', 'MIN_P', 'llama_server_min_p', float),
     ('presence_penalty', 'PRESENCE_PENALTY', 'llama_server_presence_penalty', float),
 )
+# The settings check: the env file's name, the inventory variable that sets it, where b11434 shows it served. The
+# journal's lines are libllama's LLAMA_LOG_INFO (GGML info, which common_log ranks as trace: common/log.cpp
+# common_log_get_verbosity) and ngram-mod's SPC_TRC: seen from --log-verbosity 4 (rules.LOG_VERBOSITY_TRACE) only.
+SETTINGS = (
+    ('FLASH_ATTN', 'llama_server_flash_attn', 'journal'),
+    ('CACHE_TYPE_K', 'llama_server_cache_type_k', 'journal'),
+    ('CACHE_TYPE_V', 'llama_server_cache_type_v', 'journal'),
+    ('SPEC_DRAFT_TYPE_K', 'llama_server_spec_draft_cache_type_k', 'journal'),
+    ('SPEC_DRAFT_TYPE_V', 'llama_server_spec_draft_cache_type_v', 'journal'),
+    ('SPEC_NGRAM_MOD_N_MATCH', 'llama_server_spec_ngram_mod_n_match', 'journal'),
+    ('SPEC_NGRAM_MOD_N_MIN', 'llama_server_spec_ngram_mod_n_min', 'journal'),
+    ('SPEC_NGRAM_MOD_N_MAX', 'llama_server_spec_ngram_mod_n_max', 'journal'),
+    ('REASONING_BUDGET', 'llama_server_reasoning_budget', 'argv'),
+)
+# --flash-attn's words (common/arg.cpp is_truthy / is_falsey / is_autoy) -> what llama_context logs
+FLASH_ATTN_LOGGED = dict([(w, 'enabled') for w in ('on', 'enabled', 'true', '1')]
+                         + [(w, 'disabled') for w in ('off', 'disabled', 'false', '0')]
+                         + [(w, 'auto') for w in ('auto', '-1')])
+FLASH_ATTN_LINE = re.compile(r'llama_context: flash_attn +=\s*(\S*)')
+KV_CACHE_LINE = re.compile(r'llama_kv_cache: size = .*, K \(([^()]*)\): .*, V \(([^()]*)\):')
+NGRAM_MOD_LINE = re.compile(r'- n_match=(-?[0-9]{1,9}), n_max=(-?[0-9]{1,9}), n_min=(-?[0-9]{1,9})\s*$')
+# common_speculative_init_result's LOG_INF before the draft context: a drafter's model, or MTP on the target's
+DRAFT_LOAD_LINES = ("loading draft model '", 'creating MTP draft context against the target model')
+ARGV_MAX = 1 << 20        # characters of /proc/<pid>/cmdline read (Linux caps argv near 2 MiB; ours is far below)
+PID_MAX = 1 << 22         # the kernel's pid_max ceiling
+
 # /props keeps the sampler's values as float32: a configured 0.7 is served as 0.699999988...
 FLOAT32_TOLERANCE = 1e-6
 
@@ -225,11 +258,38 @@ def features(env, host='', env_file='the env file'):
         sampler=dict((name, _env_number(env, name, kind, env_file, None)) for _, name, _, kind in SAMPLER_DEFAULTS
                      if env.get(name, '') != ''),
         reasoning_budget=env.get('REASONING_BUDGET', ''),
+        settings=configured_settings(env, spec, env_file),
         jinja='--no-jinja' not in extra.split(),
         mmproj=env.get('MMPROJ_PATH', ''),
     )
     expect['image'] = image_plan(env, expect['slot_ctx'], env_file) if expect['vision'] else None
     return expect
+
+
+def configured_settings(env, spec, env_file='the env file'):
+    """{env name: value} of the SETTINGS the env file sets and the launcher passes: FLASH_ATTN as the word b11434
+    logs (enabled, disabled, auto), cache types lower-case, the drafter's only with a drafter that builds a context,
+    ngram-mod's only with ngram-mod in SPEC_TYPE, the numbers as ints. VerifyError naming a value llama-server
+    would refuse."""
+    out = {}
+    for name, _, _ in SETTINGS:
+        raw = env.get(name, '')
+        if raw == '':
+            continue
+        if name.startswith('SPEC_DRAFT_TYPE_') and not any(t in rules.CONTEXT_DRAFT_TYPES for t in spec):
+            continue
+        if name.startswith('SPEC_NGRAM_MOD_') and rules.NGRAM_MOD_TYPE not in spec:
+            continue
+        if name == 'FLASH_ATTN':
+            if raw.lower() not in FLASH_ATTN_LOGGED:
+                raise VerifyError('FLASH_ATTN=%s in %s: on, off or auto (llama_server_flash_attn)'
+                                  % (tr.quote(raw), env_file))
+            out[name] = FLASH_ATTN_LOGGED[raw.lower()]
+        elif name.startswith('SPEC_NGRAM_MOD_') or name == 'REASONING_BUDGET':
+            out[name] = _env_number(env, name, int, env_file, None)
+        else:
+            out[name] = raw.lower()
+    return out
 
 
 def _env_number(env, name, kind, env_file, default):
@@ -352,6 +412,19 @@ def _describe(name, expect, o, base, alias):
     if name == 'defaults':
         return 'GET %s/props: default_generation_settings.params %s equal the env file' % (
             base, ', '.join('%s=%s' % (k, expect['sampler'][e]) for k, e, _, _ in SAMPLER_DEFAULTS if e in expect['sampler']))
+    if name == 'settings':
+        wanted = expect['settings']
+        logged = expect['log_verbosity'] >= rules.LOG_VERBOSITY_TRACE
+        parts = []
+        journal = [n for n in wanted if _source(n) == 'journal']
+        if journal and logged:
+            parts.append("journalctl _SYSTEMD_INVOCATION_ID of the unit's current start: its flash_attn, KV cache and "
+                         "ngram-mod lines equal %s" % ', '.join('%s=%s' % (n, wanted[n]) for n in journal))
+        elif journal:
+            parts.append('%s not logged at verbosity %s' % (', '.join(journal), expect['log_verbosity']))
+        if 'REASONING_BUDGET' in wanted:
+            parts.append('/proc/<MainPID>/cmdline: --reasoning-budget %s' % wanted['REASONING_BUDGET'])
+        return '; '.join(parts)
     if name == 'isolation':
         return ('on each of slot 0..%d: %s greedy (temperature 0, seed fixed), a %d-word conversation, the greedy '
                 'prompt again, then again with cache_prompt false: the three answers identical'
@@ -380,6 +453,13 @@ def skip_reason(name, expect, o):
         return ('SPEC_TYPE=%s runs no model drafter and b11434 logs its init line at trace only (LOG_VERBOSITY %s; '
                 'llama_server_log_verbosity 4 shows it): the slots check proves it drafts'
                 % (expect['spec'], expect['log_verbosity']))
+    if name == 'settings':
+        wanted = expect.get('settings') or {}
+        if not wanted:
+            return 'the env file sets none of %s: llama.cpp\'s own apply' % ', '.join(n for n, _, _ in SETTINGS)
+        if expect['log_verbosity'] < rules.LOG_VERBOSITY_TRACE and all(_source(n) == 'journal' for n in wanted):
+            return '%s not logged at verbosity %s (b11434 logs them at trace; llama_server_log_verbosity 4 shows them)' % (
+                ', '.join(sorted(wanted)), expect['log_verbosity'])
     if name == 'defaults' and not expect['sampler']:
         return 'the env file sets no sampler default (%s): llama.cpp\'s own apply' % ', '.join(
             e for _, e, _, _ in SAMPLER_DEFAULTS)
@@ -999,10 +1079,179 @@ def check_isolation(ep, expect, o):
         '(%s)' % ', '.join('slot %d %d chars' % (r['slot'], r['chars']) for r in figures['slots']), figures
 
 
+# --- settings: what this start's journal and argv show llama-server was given --------------------------
+
+def _source(name):
+    return next(src for n, _, src in SETTINGS if n == name)
+
+
+def _var(name):
+    return next(var for n, var, _ in SETTINGS if n == name)
+
+
+def served_settings(journal):
+    """What b11434's own lines of one start say it runs with: ``flash_attn`` (one word per context) and
+    ``target_flash_attn`` (how many of them came before the drafter's load line), ``target_kv`` and ``draft_kv``
+    ((K, V) per KV cache line, before and after the drafter's load line), ``ngram`` ((n_match, n_max, n_min) per
+    ngram-mod line) and ``draft_loaded``. Reads any text: a line of another shape is no line."""
+    out = {'flash_attn': [], 'target_flash_attn': 0, 'target_kv': [], 'draft_kv': [], 'ngram': [],
+           'draft_loaded': False}
+    for line in (journal or '').split('\n'):
+        if not out['draft_loaded'] and any(marker in line for marker in DRAFT_LOAD_LINES):
+            out['draft_loaded'] = True
+            continue
+        m = FLASH_ATTN_LINE.search(line)
+        if m:
+            out['flash_attn'].append(m.group(1))
+            out['target_flash_attn'] += 0 if out['draft_loaded'] else 1
+            continue
+        m = KV_CACHE_LINE.search(line)
+        if m:
+            out['draft_kv' if out['draft_loaded'] else 'target_kv'].append((m.group(1), m.group(2)))
+            continue
+        m = NGRAM_MOD_LINE.search(line)
+        if m:
+            out['ngram'].append(tuple(int(g) for g in m.groups()))
+    return out
+
+
+def served_argv(run_command, unit):
+    """(the unit's main process's argv, '') or (None, why not): ``systemctl show MainPID``, then that process's
+    ``/proc/<pid>/cmdline`` - both outside data: the PID read as an integer, the arguments bounded and printable."""
+    argv = ['systemctl', 'show', '--property=MainPID', '--value', unit]
+    rc, out, err = run_command(argv)
+    if rc != 0:
+        return None, '%s exited %d: %s' % (' '.join(argv), rc, tr.printable((err or '').strip(), limit=200))
+    try:
+        pid = tr.int_text((out or '').strip(), ' '.join(argv), lo=0, hi=PID_MAX)
+    except tr.ShapeError as exc:
+        return None, str(exc)
+    if pid == 0:
+        return None, '%s answered MainPID 0: %s has no main process' % (' '.join(argv), unit)
+    path = '/proc/%d/cmdline' % pid
+    rc, text, err = run_command(['cat', path])
+    if rc != 0:
+        return None, 'cat %s exited %d: %s' % (path, rc, tr.printable((err or '').strip(), limit=200))
+    if not isinstance(text, str) or len(text) > ARGV_MAX:
+        return None, '%s: %s' % (path, 'not text' if not isinstance(text, str) else
+                                 '%d characters: at most %d are read' % (len(text), ARGV_MAX))
+    args = text.split('\x00')
+    if args and args[-1] == '':
+        args.pop()
+    return [tr.printable(a, limit=tr.LINE_MAX) for a in args], ''
+
+
+def argv_value(args, flag):
+    """The value llama-server takes for ``flag`` from its argv (its last ``flag V`` or ``flag=V``), or None."""
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + '='):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def compare_settings(wanted, served, args, verbosity):
+    """One row per configured setting ({configured, served, status pass/fail/skip, why}) and the findings naming
+    the env file's name and the inventory variable. ``served`` is served_settings' answer, ``args`` llama-server's
+    argv (None: not read; the caller names why, the rows say so)."""
+    rows, problems = {}, []
+    logged = verbosity >= rules.LOG_VERBOSITY_TRACE
+
+    def row(name, configured, seen, ok, missing):
+        var = _var(name)
+        if _source(name) == 'journal' and not logged:
+            rows[name] = {'configured': configured, 'served': None, 'status': 'skip',
+                          'why': 'not logged at verbosity %s' % verbosity}
+            return
+        if (served if _source(name) == 'journal' else args) is None:
+            rows[name] = {'configured': configured, 'served': None, 'status': 'fail',
+                          'why': 'the %s was not read' % _source(name)}
+            return
+        if not seen:
+            rows[name] = {'configured': configured, 'served': None, 'status': 'fail', 'why': missing}
+            problems.append('%s=%s (%s): %s' % (name, configured, var, missing))
+            return
+        good = all(ok(v) for v in seen)
+        rows[name] = {'configured': configured, 'served': seen, 'status': 'pass' if good else 'fail', 'why': ''}
+        if not good:
+            problems.append('%s: served %s, the env file sets %s=%s (%s)' % (
+                name, ', '.join(str(v) for v in seen), name, configured, var))
+
+    s = served or {}
+    for name, configured in sorted(wanted.items(), key=lambda kv: [n for n, _, _ in SETTINGS].index(kv[0])):
+        if name == 'FLASH_ATTN':
+            row(name, configured, s.get('flash_attn') if s.get('target_flash_attn') else [],
+                lambda v: configured == 'auto' or v == configured,
+                "this start's journal has no 'llama_context: flash_attn' line of the target")
+        elif name in ('CACHE_TYPE_K', 'CACHE_TYPE_V', 'SPEC_DRAFT_TYPE_K', 'SPEC_DRAFT_TYPE_V'):
+            draft = name.startswith('SPEC_DRAFT')
+            pairs = s.get('draft_kv' if draft else 'target_kv') or []
+            seen = [p[0 if name.endswith('_K') else 1] for p in pairs]
+            missing = ("this start's journal has no 'llama_kv_cache: size' line of the %s" % (
+                'drafter (after its load line)' if draft else 'target'))
+            if draft and served is not None and not s.get('draft_loaded'):
+                missing = "this start's journal has no drafter load line (%s)" % ' / '.join(DRAFT_LOAD_LINES)
+            row(name, configured, seen, lambda v: v.lower() == configured, missing)
+        elif name.startswith('SPEC_NGRAM_MOD_'):
+            at = {'SPEC_NGRAM_MOD_N_MATCH': 0, 'SPEC_NGRAM_MOD_N_MAX': 1, 'SPEC_NGRAM_MOD_N_MIN': 2}[name]
+            row(name, configured, [t[at] for t in s.get('ngram') or []], lambda v: v == configured,
+                "this start's journal has no ngram-mod '- n_match=N, n_max=N, n_min=N' line")
+        elif name == 'REASONING_BUDGET':
+            budget = argv_value(args or [], '--reasoning-budget')
+            seen = []
+            if budget is not None:
+                try:
+                    seen = [tr.int_text(budget, "llama-server's --reasoning-budget")]
+                except tr.ShapeError:
+                    seen = [budget]
+            row(name, configured, seen, lambda v: v == configured, "llama-server's argv has no --reasoning-budget")
+    return rows, problems
+
+
+def check_settings(ep, expect, o):
+    wanted = expect['settings']
+    verbosity = expect['log_verbosity']
+    figures = {'journal': None, 'argv': None, 'settings': {}}
+    problems = []
+    run_command = o.get('run_command')
+    served = None
+    if verbosity >= rules.LOG_VERBOSITY_TRACE and any(_source(n) == 'journal' for n in wanted):
+        journal, why = start_journal(run_command, o['service']) if run_command else ('', 'no journal reader given')
+        if why:
+            figures['journal'] = why
+            problems.append("this start's journal cannot be read (%s): flash-attn, the KV types and the ngram window "
+                            "are unproven" % why)
+        else:
+            served = served_settings(journal)
+            figures['journal'] = '%d line(s)' % len(journal.splitlines())
+    args = None
+    if 'REASONING_BUDGET' in wanted:
+        args, why = served_argv(run_command, o['service']) if run_command else (None, 'no process reader given')
+        if why:
+            figures['argv'] = why
+            problems.append("llama-server's argv cannot be read (%s): the reasoning budget is unproven" % why)
+        else:
+            figures['argv'] = '%d argument(s)' % len(args)
+    rows, found = compare_settings(wanted, served, args, verbosity)
+    figures['settings'] = rows
+    problems += found
+    skipped = sorted(n for n, r in rows.items() if r['status'] == 'skip')
+    notes = ['%s not logged at verbosity %s (b11434 logs them at trace; llama_server_log_verbosity 4 shows them)'
+             % (', '.join(skipped), verbosity)] if skipped else []
+    if problems:
+        return 'fail', ("llama-server does not run with the inventory's settings - %s" % '; '.join(problems + notes)), \
+            figures
+    passed = ', '.join('%s=%s' % (n, rows[n]['configured']) for n, _, _ in SETTINGS
+                       if n in rows and rows[n]['status'] == 'pass')
+    return 'pass', '; '.join((['%s as served' % passed] if passed else []) + notes), figures
+
+
 RUNNERS = dict(stream=check_stream, tools=check_tools, reasoning_effort=check_reasoning_effort, vision=check_vision,
                slots=check_slots, prefix_cache=check_prefix_cache, window=check_window, drafter=check_drafter,
-               defaults=check_defaults, isolation=check_isolation)
-FATAL = ('stream', 'tools', 'vision', 'slots', 'window', 'drafter', 'defaults', 'isolation')
+               defaults=check_defaults, isolation=check_isolation, settings=check_settings)
+FATAL = ('stream', 'tools', 'vision', 'slots', 'window', 'drafter', 'defaults', 'isolation', 'settings')
 
 
 # --- the client contract ------------------------------------------------------------------------

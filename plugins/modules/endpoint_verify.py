@@ -53,12 +53,22 @@ description:
     C(isolation) - on each slot O(isolation_prompt) greedy (temperature 0, seed 42), then a different
     O(isolation_words)-word conversation on the same slot, then the greedy prompt again and once more with
     C(cache_prompt) false: the three answers are identical, else the finding names the slot and the first
-    differing character and token."
+    differing character and token;
+    C(settings) - what b11434 reports nowhere in C(/props): the journal of the unit's current start (as C(drafter)
+    reads it) carries C(llama_context: flash_attn = enabled|disabled|auto) for every context (C(FLASH_ATTN)), the
+    C(llama_kv_cache: size = ... K (<type>): ... V (<type>): ...) lines of the target (C(CACHE_TYPE_K),
+    C(CACHE_TYPE_V)) and, after the drafter's load line, of the drafter (C(SPEC_DRAFT_TYPE_K), C(SPEC_DRAFT_TYPE_V)),
+    and ngram-mod's C(- n_match=N, n_max=N, n_min=N) (C(SPEC_NGRAM_MOD_N_MATCH), C(SPEC_NGRAM_MOD_N_MAX),
+    C(SPEC_NGRAM_MOD_N_MIN)); the main process's argv (C(/proc/<MainPID>/cmdline)) carries C(--reasoning-budget)
+    C(REASONING_BUDGET). Only what the env file sets is compared; a difference is a finding naming the env name and
+    the inventory variable. b11434 logs those journal lines at trace (C(LOG_VERBOSITY=4)): below it each is reported
+    C(not logged at verbosity N), neither passed nor failed."
   - Every answer is read through the shape b11434 gives it (C(module_utils/llama_server_answers.py)) before a check
     uses it; one of another shape (a missing C(choices[0].message), a count that is not an integer, JSON nested too
     deep) fails that check with the request and the path inside the answer named. Server text in a finding has its
     control characters escaped.
-  - C(stream), C(tools), C(vision), C(slots), C(window), C(drafter), C(defaults) and C(isolation) failing are RV(findings)
+  - C(stream), C(tools), C(vision), C(slots), C(window), C(drafter), C(defaults), C(isolation) and C(settings) failing are
+    RV(findings)
     (RV(passed) false; the role rolls back
     like a failed gate). C(prefix_cache) and timing figures only warn (RV(warn_findings), also as module warnings).
     A RV(contract) that differs from O(previous_contract) is a warning naming each change (RV(contract_changes)).
@@ -85,8 +95,8 @@ options:
     description: The checks to run (the others are reported as skipped).
     type: list
     elements: str
-    choices: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window, drafter, defaults, isolation]
-    default: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window, drafter, defaults, isolation]
+    choices: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window, drafter, defaults, isolation, settings]
+    default: [stream, tools, reasoning_effort, vision, slots, prefix_cache, window, drafter, defaults, isolation, settings]
   reasoning_efforts:
     description: The efforts C(reasoning_effort) asks, one request each.
     type: list

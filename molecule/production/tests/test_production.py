@@ -224,7 +224,7 @@ def test_production_placement_and_settings_are_served(converged):
     verify = {c["name"]: c for c in record["verify"]["checks"]}
     assert record["verify"]["passed"] is True
     assert list(verify) == ["stream", "tools", "reasoning_effort", "vision", "slots", "prefix_cache", "window",
-                            "drafter", "defaults", "isolation"]
+                            "drafter", "defaults", "isolation", "settings"]
     assert {c["status"] for c in verify.values()} == {"pass"}, {n: (c["status"], c["reason"]) for n, c in verify.items()}
     defaults = verify["defaults"]["figures"]
     for key in ("temperature", "top_p", "top_k"):
@@ -237,6 +237,14 @@ def test_production_placement_and_settings_are_served(converged):
     assert all(s["draft_n"] > 0 for s in verify["slots"]["figures"]["slots"])
     assert verify["window"]["figures"]["fraction"] == 0.25 and verify["window"]["figures"]["prompt_tokens"] > 0
     assert all(s["identical"] for s in verify["isolation"]["figures"]["slots"])
+    # the verify stage itself compared what the journal and argv show with the env file (LOG_VERBOSITY 4: all logged)
+    settings = verify["settings"]["figures"]["settings"]
+    drafter_kv = tuple(n for n in ("SPEC_DRAFT_TYPE_K", "SPEC_DRAFT_TYPE_V") if env.get(n))
+    compared = ("FLASH_ATTN", "CACHE_TYPE_K", "CACHE_TYPE_V", "SPEC_NGRAM_MOD_N_MATCH", "SPEC_NGRAM_MOD_N_MIN",
+                "SPEC_NGRAM_MOD_N_MAX", "REASONING_BUDGET") + drafter_kv
+    assert {name: row["status"] for name, row in settings.items()} == dict.fromkeys(compared, "pass"), settings
+    assert settings["FLASH_ATTN"]["served"] == ["enabled", "enabled"] and settings["REASONING_BUDGET"]["served"] == [
+        prod["llama_server_reasoning_budget"]], settings
 
 
 WATCH = "frank-medium-watch"

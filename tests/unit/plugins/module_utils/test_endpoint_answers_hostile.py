@@ -31,9 +31,11 @@ ALIAS = 'frank-lab'
 ENV = {'ALIAS': ALIAS, 'MODEL_PATH': '/nonexistent/m.gguf', 'MMPROJ_PATH': '/nonexistent/p.gguf',
        'BIND_ADDR': '127.0.0.1', 'LISTEN_PORT': '7770', 'PARALLEL': '2', 'CTX_SIZE': '2048',
        'SPEC_TYPE': 'draft-mtp,ngram-mod', 'VISION': 'on', 'LLAMA_RELEASE': 'b11434-cpu-test', 'LOG_VERBOSITY': '4',
-       'TEMPERATURE': '0.8', 'TOP_P': '0.95', 'TOP_K': '40', 'MIN_P': '0.05', 'PRESENCE_PENALTY': '0.0'}
+       'TEMPERATURE': '0.8', 'TOP_P': '0.95', 'TOP_K': '40', 'MIN_P': '0.05', 'PRESENCE_PENALTY': '0.0',
+       'FLASH_ATTN': 'on', 'REASONING_BUDGET': '-1'}
 # this start's journal at -lv 4: b11434 logs each implementation's init line at trace (common/speculative.cpp)
-JOURNAL = ("spec common_specu: adding speculative implementation 'ngram-mod'\n"
+JOURNAL = ("0.04.062.876 I llama_context: flash_attn            = enabled\n"
+           "spec common_specu: adding speculative implementation 'ngram-mod'\n"
            "spec common_specu: adding speculative implementation 'draft-mtp'\n"
            "srv    load_model: speculative decoding context initialized\n")
 CONTROL = re.compile(u'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
@@ -143,8 +145,13 @@ def _verify(monkeypatch, stand, env=None, previous=None):
 
 
 def journal_reader(journal, invocation='7f3c2a9e5b1d4c8fa0e6b2d9c4f1a8e3'):
-    """systemctl show InvocationID / journalctl _SYSTEMD_INVOCATION_ID of the unit, as argv -> (rc, out, err)."""
+    """systemctl show InvocationID / journalctl _SYSTEMD_INVOCATION_ID of the unit, and its MainPID's
+    /proc/<pid>/cmdline (the settings check's reasoning budget), as argv -> (rc, out, err)."""
     def run(argv):
+        if argv[:3] == ['systemctl', 'show', '--property=MainPID']:
+            return 0, '4242\n', ''
+        if argv[0] == 'cat':
+            return 0, '/opt/llama-server\x00--flash-attn\x00on\x00--reasoning-budget\x00-1\x00', ''
         if argv[0] == 'systemctl':
             return 0, invocation + '\n', ''
         assert argv[-1] == '_SYSTEMD_INVOCATION_ID=' + invocation, argv
@@ -632,7 +639,7 @@ def test_this_starts_journal_is_read_through_its_shape(monkeypatch):
     assert [a[0] for a in calls] == ['systemctl']
     monkeypatch.setattr(lg, 'text_lines', lambda text, source: tr.text_lines(text, source, max_lines=2))
     c = _check(_run(monkeypatch, Drafting()), 'drafter')
-    assert c['status'] == 'fail' and 'cannot be read' in c['reason'] and '3 lines: at most 2 are read' in c['reason'], c
+    assert c['status'] == 'fail' and 'cannot be read' in c['reason'] and '4 lines: at most 2 are read' in c['reason'], c
 
 
 def test_a_tokenizer_that_repeats_every_ngram_cannot_prove_the_drafter(monkeypatch):

@@ -59,7 +59,7 @@ def test_check_mode_lists_every_request_and_sends_nothing(tmp_path, capsys):
     assert out['passed'] is None and not out.get('failed') and not out['changed']
     assert [line.split(':')[0] for line in out['would_send']] == ['stream', 'tools', 'reasoning_effort', 'vision',
                                                                   'slots', 'prefix_cache', 'window', 'drafter',
-                                                                  'defaults', 'isolation']
+                                                                  'defaults', 'isolation', 'settings']
     # the drafter and isolation checks are listed, not run: no journal read, no request (the listener saw none)
     assert any(line.startswith('drafter: ') and 'repeat no 24-gram' in line for line in out['would_send'])
     assert any(line.startswith('isolation: on each of slot 0..1') for line in out['would_send'])
