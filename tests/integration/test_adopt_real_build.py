@@ -4,7 +4,6 @@ RUNPATH $ORIGIN/../lib, no stamp - copied into a tree of its own and handed to d
 action=adopt. A good tree becomes a release without a rebuild and runs; a tree missing a library or with a wrong
 RUNPATH is refused by name and nothing changes. (The flattened rocBLAS copy is hip's alone: the unit tests refuse it
 on a real-ELF hip tree, tests/unit/plugins/modules/test_llama_cpp_release_adopt.py.) ~3 s."""
-import hashlib
 import os
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 import yaml
 
 from ansible_collections.dankfleet.llm.plugins.modules import llama_cpp_release as module
-from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
+from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module, snapshot
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 DEFAULTS = yaml.safe_load(open(os.path.join(REPO, "roles/llama_cpp_build/defaults/main.yml")).read())
@@ -40,23 +39,6 @@ def spec(tmp_path):
 def adopt(capsys, tmp_path, source, check_mode=False, mode="copy"):
     return run_module(capsys, module.main, check_mode=check_mode, action="adopt", spec=spec(tmp_path),
                       adopt_from=source, adopt_mode=mode)
-
-
-def snapshot(root):
-    """Every path under root: type, mode, mtime and content hash (or link target)."""
-    found = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if os.path.islink(path):
-                found[path] = ("l", os.readlink(path))
-            elif os.path.isdir(path):
-                found[path] = ("d", st.st_mode)
-            else:
-                with open(path, "rb") as handle:
-                    found[path] = ("f", st.st_mode, st.st_mtime_ns, hashlib.sha256(handle.read()).hexdigest())
-    return found
 
 
 def test_the_real_build_laid_out_as_the_runbooks_is_adopted_without_a_rebuild_and_runs(tmp_path, capsys, tree):

@@ -43,6 +43,25 @@ def _trust(value):
     return value
 
 
+def plain(value):
+    """Templar's result as plain containers (it may hand back its own lazy types)."""
+    if isinstance(value, dict) or hasattr(value, 'items'):
+        return dict((k, plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def render_expr(expr, variables, templated=None):
+    """expr as a task renders it, by ansible-core's own Templar: the variables, and ``templated`` (a task's or a
+    role's vars) as lazy templates; the collection's filters by their FQCN. Plain containers back."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    templar = Templar(loader=DataLoader(), variables=dict(variables, **_trust(templated or {})))
+    templar.environment.filters.update(collection_filters())
+    return plain(templar.template(_trust(expr.strip() if isinstance(expr, str) else expr)))
+
+
 def settled(variables):
     """The variables with the serve shape the preflight settles (__llama_server_settled.shape) made of their
     shape_<key> entries: the role's own values where no plan published one."""

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.dankfleet.llm.plugins.filter.fetch_entries import fetch_entries
 from ansible_collections.dankfleet.llm.plugins.module_utils.shape import payload_path
-from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import collection_filters, role_file
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import render_expr, role_file
 
 # --- the YAML each filter replaced, verbatim ----------------------------------------------------------------------
 OLD_USER_TASK = yaml.safe_load(r"""
@@ -132,34 +132,6 @@ _pinned_cache: "{{ llm_plan_serve.cache_ram | string != 'auto' }}"
 
 # --- rendering ----------------------------------------------------------------------------------------------------
 
-def _trust(value):
-    from ansible.template import trust_as_template
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return dict((k, _trust(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [_trust(v) for v in value]
-    return value
-
-
-def plain(value):
-    if isinstance(value, dict) or hasattr(value, 'items'):
-        return dict((k, plain(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
-def render(expr, variables, templated=None):
-    """expr as a task renders it: the variables, and `templated` (a task's or a role's vars) as lazy templates."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar
-    templar = Templar(loader=DataLoader(), variables=dict(variables, **_trust(templated or {})))
-    templar.environment.filters.update(collection_filters())
-    return plain(templar.template(_trust(expr)))
-
-
 def task(path, name):
     with open(path) as handle:
         return [t for t in yaml.safe_load(handle) if t.get('name') == name][0]
@@ -189,13 +161,13 @@ ENTRY = st.fixed_dictionaries({'exists': st.booleans()}, optional={
 def test_missing_inputs_is_the_loop_and_messages_it_replaced(inputs, entries):
     variables = {'_llama_server_inputs': inputs, '_llama_server_paths_now': entries}
     before, now = OLD_MISSING_TASK[0], task(PREFLIGHT, 'Refuse a missing binary or payload')
-    old_missing = render(before['vars']['_missing'], variables)
-    new_missing = render(now['vars']['_missing'], variables)
+    old_missing = render_expr(before['vars']['_missing'], variables)
+    new_missing = render_expr(now['vars']['_missing'], variables)
     assert [dict((k, v) for k, v in m.items() if k not in ('refusal', 'note')) for m in new_missing] == old_missing
     # the fail_msg shows only when something is missing
     for key in ('fail_msg', 'success_msg', 'quiet')[0 if old_missing else 1:]:
-        assert render(now['ansible.builtin.assert'][key], variables, now['vars']) == \
-            render(before['ansible.builtin.assert'][key], variables, before['vars']), key
+        assert render_expr(now['ansible.builtin.assert'][key], variables, now['vars']) == \
+            render_expr(before['ansible.builtin.assert'][key], variables, before['vars']), key
 
 
 @pytest.mark.parametrize('entry', [
@@ -205,8 +177,8 @@ def test_missing_inputs_is_the_loop_and_messages_it_replaced(inputs, entries):
 def test_the_binary_is_executable_as_the_loop_said(entry):
     variables = {'_llama_server_inputs': [{'what': 'llama-server binary', 'path': '/b', 'fix': 'build'}],
                  '_llama_server_paths_now': {'/b': entry}}
-    new = render(task(PREFLIGHT, 'Refuse a missing binary or payload')['vars']['_missing'], variables)
-    assert len(new) == len(render(OLD_MISSING_TASK[0]['vars']['_missing'], variables))
+    new = render_expr(task(PREFLIGHT, 'Refuse a missing binary or payload')['vars']['_missing'], variables)
+    assert len(new) == len(render_expr(OLD_MISSING_TASK[0]['vars']['_missing'], variables))
     assert len(new) == (0 if entry['exists'] and (entry.get('target_exists') or entry.get('mode', '')[-3:] in ('710', '001'))
                         else 1)
 
@@ -215,7 +187,7 @@ def test_missing_inputs_recorded():
     inputs = [{'what': 'llama-server binary', 'path': '/b', 'fix': 'build it'}, {'what': 'model', 'path': '', 'fix': 'fetch'}]
     now = task(PREFLIGHT, 'Refuse a missing binary or payload')
     variables = {'_llama_server_inputs': inputs, '_llama_server_paths_now': {'/b': {'exists': True, 'mode': '0644'}}}
-    assert render(now['ansible.builtin.assert']['fail_msg'], variables, now['vars']) == (
+    assert render_expr(now['ansible.builtin.assert']['fail_msg'], variables, now['vars']) == (
         'the llama-server binary /b is missing or not executable: build it. the model (empty path) is missing: fetch. '
         'Nothing was changed.')
 
@@ -226,8 +198,8 @@ def _outcome(tasks, variables):
     for one in tasks:
         that = one['ansible.builtin.assert']['that']
         that = that if isinstance(that, list) else [that]
-        if not all(render('{{ %s }}' % cond, variables) for cond in that):
-            return render(one['ansible.builtin.assert']['fail_msg'], variables, one.get('vars'))
+        if not all(render_expr('{{ %s }}' % cond, variables) for cond in that):
+            return render_expr(one['ansible.builtin.assert']['fail_msg'], variables, one.get('vars'))
     return None
 
 
@@ -254,8 +226,8 @@ def test_the_port_messages_are_the_ones_they_replaced(foreign, handover, cgroup)
     before = OLD_PORT_TASK[0]
     now = task(PREFLIGHT, 'Refuse a port held by something that is neither this service nor handed over')
     for key in ('fail_msg', 'success_msg', 'quiet'):
-        assert render(now['ansible.builtin.assert'][key], variables, now['vars']) == \
-            render(before['ansible.builtin.assert'][key], variables, before['vars']), key
+        assert render_expr(now['ansible.builtin.assert'][key], variables, now['vars']) == \
+            render_expr(before['ansible.builtin.assert'][key], variables, before['vars']), key
 
 
 # --- the plan: payload paths, RPC workers, headers, the pinned rule ----------------------------------------------
@@ -272,8 +244,8 @@ def test_payload_paths_is_the_loop_it_replaced_with_one_slash(manifest, models_d
     variables = {'llm_plan_manifest': manifest, 'llm_plan_models_dir': models_dir}
     if settled is not None:
         variables['dankfleet_settled'] = {'payload_paths': settled}
-    old = render(OLD_PAYLOAD_VARS['_llm_plan_payload_paths'], variables)
-    new = render(role_vars('llm_plan')['_llm_plan_payload_paths'], variables)
+    old = render_expr(OLD_PAYLOAD_VARS['_llm_plan_payload_paths'], variables)
+    new = render_expr(role_vars('llm_plan')['_llm_plan_payload_paths'], variables)
     assert new == dict((role, path.replace('/srv/m//', '/srv/m/')) for role, path in old.items())
 
 
@@ -282,7 +254,7 @@ def test_payload_paths_is_the_loop_it_replaced_with_one_slash(manifest, models_d
 def test_the_fetch_and_the_plan_place_each_file_alike(manifest, models_dir):
     """gguf_fetch's dest and the plan's path of one entry are one string (the trailing-/ drift is gone)."""
     variables = {'llm_plan_manifest': manifest, 'llm_plan_models_dir': models_dir}
-    paths = render(role_vars('llm_plan')['_llm_plan_payload_paths'], variables)
+    paths = render_expr(role_vars('llm_plan')['_llm_plan_payload_paths'], variables)
     last = dict((e['role'], e['dest']) for e in fetch_entries(manifest, models_dir))
     assert paths == last
     assert payload_path({'name': 'q', 'file': 'q.gguf', 'dest_dir': '/srv/m/'}, '/m') == '/srv/m/q.gguf'
@@ -301,8 +273,8 @@ HOSTVARS = st.fixed_dictionaries({}, optional={
 @given(hosts=st.dictionaries(NAME, HOSTVARS, max_size=3))
 def test_rpc_worker_facts_is_the_loop_it_replaced(hosts):
     variables = {'llm_plan_rpc_workers': sorted(hosts), 'hostvars': hosts}
-    assert render(role_vars('llm_plan')['_llm_plan_rpc_worker_facts'], variables) == \
-        render(OLD_RPC_VARS['_llm_plan_rpc_worker_facts'], variables)
+    assert render_expr(role_vars('llm_plan')['_llm_plan_rpc_worker_facts'], variables) == \
+        render_expr(OLD_RPC_VARS['_llm_plan_rpc_worker_facts'], variables)
 
 
 HEADER = st.fixed_dictionaries({'n_layers': st.integers(1, 99), 'arch': st.sampled_from(['qwen3', 'llama'])})
@@ -330,7 +302,7 @@ def test_plan_headers_is_the_loop_it_replaced(tmp_path, reads, records, urls, on
     # no collection loader runs here: the lookup by its short name, in both
     before, now = [dict((k, v.replace("'ansible.builtin.file'", "'file'")) for k, v in t['vars'].items())
                    for t in (OLD_PLAN_TASK[0], task(PLAN, 'Plan the split, the context and the cache-ram'))]
-    assert render(now['_headers'], variables, now) == render(before['_headers'], variables, before)
+    assert render_expr(now['_headers'], variables, now) == render_expr(before['_headers'], variables, before)
 
 
 SERVE = st.fixed_dictionaries({'tensor_split': st.one_of(st.just([]), st.lists(st.integers(1, 9), min_size=1, max_size=3)),
@@ -344,7 +316,7 @@ def test_the_facts_origin_is_the_pinned_rule_it_replaced(serve):
     """On the settled serve settings (typed by the settle step) the one rule says what the facts' Jinja said."""
     variables = {'llm_plan_serve': serve}
     now = task(FACTS, 'Publish the facts (llm_plan; the plan fills in the rest)')
-    new = render(now['ansible.builtin.set_fact']['llm_plan']['origin'], variables, now['vars'])
-    pinned = render(OLD_PINNED_VARS, variables)
+    new = render_expr(now['ansible.builtin.set_fact']['llm_plan']['origin'], variables, now['vars'])
+    pinned = render_expr(OLD_PINNED_VARS, variables)
     assert new == dict((key, 'pinned' if pinned['_pinned_' + short] else 'planned')
                        for key, short in (('tensor_split', 'split'), ('ctx_size', 'ctx'), ('cache_ram', 'cache')))

@@ -18,6 +18,7 @@ from ansible_collections.dankfleet.llm.plugins.filter.restore_units import resto
 from ansible_collections.dankfleet.llm.plugins.filter.runtime_units import runtime_units
 from ansible_collections.dankfleet.llm.plugins.filter.unit_states import unit_states
 from ansible_collections.dankfleet.llm.plugins.module_utils.systemd_units import quadlet_service
+from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import plain, render_expr
 
 RUNNING = ['active', 'activating', 'reloading', 'deactivating', 'refreshing']
 QUADLET_SUFFIX = {'.container': '', '.kube': '', '.pod': '-pod', '.network': '-network', '.volume': '-volume',
@@ -100,32 +101,6 @@ OLD_RESTORE_UNITS = """
       {{ out }}"""
 
 
-def _trust(value):
-    from ansible.template import trust_as_template
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return dict((k, _trust(v)) for k, v in value.items())
-    return value
-
-
-def render(expr, variables):
-    """expr as a task's value would be: a template ansible-core renders with the task's variables (those given
-    as templates are templated lazily, as task vars are)."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar
-    return Templar(loader=DataLoader(), variables=variables).template(_trust(expr.strip()))
-
-
-def plain(value):
-    """Templar's result as plain containers (it may hand back its own lazy types)."""
-    if isinstance(value, dict) or hasattr(value, 'items'):
-        return dict((k, plain(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
 # --- shapes ------------------------------------------------------------------------------------------------------
 NAME = st.text('abcxyz-_.0', min_size=1, max_size=8)
 STATE = st.sampled_from(RUNNING + ['inactive', 'failed', ''])
@@ -149,7 +124,7 @@ def test_unit_states_is_the_loop_it_replaced(system, user, absent):
         variables['__common_units_user'] = {'results': user}
     results = variables.get('__common_units_system', {}).get('results', []) + \
         variables.get('__common_units_user', {}).get('results', [])
-    assert unit_states(results, RUNNING) == plain(render(OLD_UNIT_STATES, variables))
+    assert unit_states(results, RUNNING) == (render_expr(OLD_UNIT_STATES, variables))
 
 
 ENTRY = st.fixed_dictionaries({'name': NAME, 'file': NAME.map(lambda n: n + '.gguf'),
@@ -161,7 +136,7 @@ ENTRY = st.fixed_dictionaries({'name': NAME, 'file': NAME.map(lambda n: n + '.gg
 @settings(max_examples=60, deadline=None)
 @given(manifest=st.lists(ENTRY, max_size=4), models_dir=st.sampled_from(['/var/lib/dankfleet/models', '/m/', '']))
 def test_fetch_entries_is_the_loop_it_replaced(manifest, models_dir):
-    old = plain(render(OLD_FETCH_ENTRIES, {'gguf_fetch_manifest': manifest, 'gguf_fetch_models_dir': models_dir}))
+    old = (render_expr(OLD_FETCH_ENTRIES, {'gguf_fetch_manifest': manifest, 'gguf_fetch_models_dir': models_dir}))
     # one change, chosen: a dest_dir ending in / gives one / (shape.payload_path, the settle step's and the plan's)
     for entry in old:
         entry['dest'] = entry['dest'].replace('/srv/m//', '/srv/m/')
@@ -191,8 +166,8 @@ FETCHED = st.fixed_dictionaries(
 @settings(max_examples=80, deadline=None)
 @given(result=FETCHED)
 def test_fetch_report_is_the_line_it_replaced(result):
-    variables = dict(_trust(OLD_FETCH_REPORT_VARS), item=result)
-    assert fetch_report(result) == render(OLD_FETCH_REPORT, variables)
+    variables = dict(item=result)
+    assert fetch_report(result) == render_expr(OLD_FETCH_REPORT, variables, OLD_FETCH_REPORT_VARS)
 
 
 def test_fetch_report_recorded():
@@ -220,8 +195,8 @@ def test_plan_fleet_summary_is_the_summary_it_replaced(plans):
         hostvars[host] = {} if plan is None else {'llm_plan': plan}
         if plan is not None and plan.get('planned') and 'capacity' not in plan:
             plan['capacity'] = {'summary': host + ': planned'}
-    variables = dict(_trust(OLD_FLEET_VARS), ansible_play_hosts_all=hosts, hostvars=hostvars)
-    assert plan_fleet_summary(hosts, hostvars) == plain(render(OLD_FLEET, variables))
+    variables = dict(ansible_play_hosts_all=hosts, hostvars=hostvars)
+    assert plan_fleet_summary(hosts, hostvars) == render_expr(OLD_FLEET, variables, OLD_FLEET_VARS)
 
 
 def test_plan_fleet_summary_recorded():
@@ -245,7 +220,7 @@ RUNTIME = st.fixed_dictionaries({'name': NAME}, optional={
 @settings(max_examples=80, deadline=None)
 @given(runtime=RUNTIME)
 def test_runtime_units_is_the_loop_it_replaced(runtime):
-    old = render(OLD_RUNTIME_UNITS, {'_runtime_retire_runtime': runtime, '_runtime_retire_quadlet_service_suffix': QUADLET_SUFFIX})
+    old = render_expr(OLD_RUNTIME_UNITS, {'_runtime_retire_runtime': runtime, '_runtime_retire_quadlet_service_suffix': QUADLET_SUFFIX})
     assert runtime_units(runtime) == plain(old)
 
 
@@ -265,8 +240,8 @@ MANIFEST_UNIT = st.fixed_dictionaries({'unit': NAME, 'scope': st.sampled_from(['
 @given(units=st.lists(MANIFEST_UNIT, max_size=4), start=st.sampled_from([True, False, 'yes', 'no', 'true']))
 def test_restore_units_is_the_loop_it_replaced(units, start):
     from ansible.module_utils.parsing.convert_bool import boolean
-    old = render(OLD_RESTORE_UNITS, {'__runtime_retire_restored': {'units': units}, 'runtime_retire_restore_start': start,
-                                     '_runtime_retire_running_states': RUNNING})
+    old = render_expr(OLD_RESTORE_UNITS, {'__runtime_retire_restored': {'units': units},
+                                          'runtime_retire_restore_start': start, '_runtime_retire_running_states': RUNNING})
     assert restore_units(units, boolean(start), RUNNING) == plain(old)
 
 

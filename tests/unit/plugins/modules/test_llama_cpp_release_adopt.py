@@ -6,7 +6,6 @@ The trees are real ELF: the synthetic toolchain's build of llama-server (cc, RUN
 library chain down to the toolchain's libraries) bundled the way the runbook's script bundles it. Nothing about
 the proofs is faked: readelf, ldd and `llama-server --version` run on them.
 """
-import hashlib
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
 from ansible_collections.dankfleet.llm.plugins.modules import llama_cpp_release as module
-from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
+from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module, snapshot
 import synthetic_toolchain
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
@@ -73,23 +72,6 @@ def spec(tmp_path, **over):
 def adopt(capsys, tmp_path, tree_dir, check_mode=False, mode="copy", **over):
     return run_module(capsys, module.main, check_mode=check_mode, action="adopt", spec=spec(tmp_path, **over),
                       adopt_from=tree_dir, adopt_mode=mode)
-
-
-def snapshot(root):
-    """Every path under root with its type, mode, mtime and content hash (or link target): a change shows."""
-    found = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if os.path.islink(path):
-                found[path] = ("l", os.readlink(path))
-            elif os.path.isdir(path):
-                found[path] = ("d", st.st_mode)
-            else:
-                with open(path, "rb") as handle:
-                    found[path] = ("f", st.st_mode, st.st_mtime_ns, hashlib.sha256(handle.read()).hexdigest())
-    return found
 
 
 def run_version(binary):

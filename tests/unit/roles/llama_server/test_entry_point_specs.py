@@ -6,20 +6,17 @@ The checks run ansible-playbook in check mode on a local stand-in host (nothing 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+from ansible_collections.dankfleet.llm.tests.unit.roles.entry_points import (
+    REPO, argument_errors, main_refusal, run_entry, specs, validate_task)
+
 ROLE = os.path.join(REPO, 'roles', 'llama_server')
-BIN = os.path.dirname(sys.executable)
-VALIDATE = "dankfleet.llm.llama_server : Validate the inputs against the main entry point's options"
-with open(os.path.join(ROLE, 'meta', 'argument_specs.yml')) as _handle:
-    SPECS = yaml.safe_load(_handle)['argument_specs']
+VALIDATE = validate_task('llama_server')
+SPECS = specs('llama_server')
 SECONDARY = sorted(entry for entry in SPECS if entry != 'main')
 BAD = {'llama_server_port': 'not-a-port', 'llama_server_parallel': [1]}
 
@@ -27,19 +24,6 @@ BAD = {'llama_server_port': 'not-a-port', 'llama_server_parallel': [1]}
 def _tasks(name):
     with open(os.path.join(ROLE, 'tasks', name + '.yml')) as handle:
         return yaml.safe_load(handle)
-
-
-def _run(tmp_path, entry, extra):
-    (tmp_path / 'hosts.yml').write_text(json.dumps({'all': {'hosts': {'standin': dict(
-        extra, ansible_connection='local', ansible_python_interpreter=sys.executable)}}}))
-    (tmp_path / 'play.yml').write_text(yaml.safe_dump([{'name': 'entry', 'hosts': 'all', 'gather_facts': False, 'tasks': [
-        {'ansible.builtin.include_role': {'name': 'dankfleet.llm.llama_server', 'tasks_from': entry}}]}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_STDOUT_CALLBACK='ansible.posix.json',
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, 'collections'), PATH='%s:%s' % (BIN, os.environ['PATH']))
-    run = subprocess.run([os.path.join(BIN, 'ansible-playbook'), '-C', '-i', str(tmp_path / 'hosts.yml'),
-                          str(tmp_path / 'play.yml')], env=env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
-    return run.returncode, [(t['task']['name'], t['hosts'].get('standin', {}))
-                            for t in json.loads(run.stdout)['plays'][0]['tasks']]
 
 
 def test_secondary_entry_points_list_only_their_own_options():
@@ -65,32 +49,21 @@ def test_main_and_prepare_skip_the_nested_check():
     assert imports['preflight.yml'] == {'_llama_server_spec_checked': True}
 
 
-def _errors(results):
-    failed = [(name, r) for name, r in results if r.get('failed')]
-    assert len(failed) == 1, [name for name, _ in results]
-    return failed[0][0], sorted(failed[0][1]['argument_errors'])
-
-
 @pytest.fixture(scope='module')
 def main_errors(tmp_path_factory):
-    rc, results = _run(tmp_path_factory.mktemp('main'), 'main', BAD)
-    assert rc != 0
-    name, errors = _errors(results)
-    assert name.startswith("dankfleet.llm.llama_server : Validating arguments against arg spec 'main'")
-    assert len(errors) == 2 and 'llama_server_port' in errors[0] + errors[1]
-    return errors
+    return main_refusal(tmp_path_factory.mktemp('main'), 'llama_server', BAD, 'llama_server_port')
 
 
 @pytest.mark.parametrize('entry', SECONDARY)
 def test_a_bad_input_is_refused_as_main_refuses_it(tmp_path, main_errors, entry):
-    rc, results = _run(tmp_path, entry, BAD)
+    rc, results = run_entry(tmp_path, 'llama_server', entry, BAD)
     assert rc != 0
-    assert _errors(results) == (VALIDATE, main_errors)
+    assert argument_errors(results) == (VALIDATE, main_errors)
 
 
 def test_a_good_input_is_checked_once(tmp_path):
     # prepare on the stand-in: its own check passes, preflight's is skipped (the run stops later, on the host)
-    rc, results = _run(tmp_path, 'prepare', {})
+    rc, results = run_entry(tmp_path, 'llama_server', 'prepare', {})
     checks = [r for name, r in results if name == VALIDATE]
     assert len(checks) == 2, [name for name, _ in results]
     assert checks[0].get('failed') is not True and checks[0].get('skipped') is not True
