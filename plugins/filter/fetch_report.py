@@ -8,7 +8,8 @@ name: fetch_report
 short_description: The gguf_fetch role's report line for one fetched file
 version_added: 0.1.0
 description:
-  - C(<role> <dest>: <status>, <detail>) of one loop result of the role's M(dankfleet.llm.gguf_fetch) task - the
+  - >-
+    C(<role> <dest>: <status>, <detail>) of one loop result of the role's M(dankfleet.llm.gguf_fetch) task - the
     detail is who verified it and the bytes hashed, or the bytes, attempts and rate of a download (and where a
     resume began), else the module's C(msg) - then what went to the trash and which directories were made.
 options:

@@ -8,12 +8,14 @@ name: llama_env_line
 short_description: One variable of the llama_server env file - its reasons as comments, then NAME=VALUE quoted
 version_added: 0.1.0
 description:
-  - The ONE writer of the env file's lines (C(plugins/module_utils/shape.py)): the reason and the operator's comment
+  - >-
+    The ONE writer of the env file's lines (C(plugins/module_utils/shape.py)): the reason and the operator's comment
     for the name as comment lines (wrapped at 94 columns), then C(NAME=VALUE) with the value quoted so that systemd's
     C(EnvironmentFile=) and bash both read it back unchanged - bare when it can be, else single-quoted, else
     double-quoted with C(\\ " ` $) escaped. C(dankfleet.llm)'s env reader (C(plugins/module_utils/llama_env.py))
     gives every value back as written; a unit test proves the round trip over generated text.
-  - A value with a control character (a newline would add a line of its own) fails the task naming the variable.
+  - >-
+    A value with a control character (a newline would add a line of its own) fails the task naming the variable.
 options:
   _input:
     description: The environment variable's name (C([A-Za-z_][A-Za-z0-9_]*)).

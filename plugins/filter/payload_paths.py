@@ -8,10 +8,12 @@ name: payload_paths
 short_description: Where each payload file of the fetch manifest lives, by the role it plays
 version_added: 0.1.0
 description:
-  - C({target|drafter|mmproj: path}), C(<dest_dir>/<file>) or C(<models_dir>/<name>/<file>) per manifest entry -
+  - >-
+    C({target|drafter|mmproj: path}), C(<dest_dir>/<file>) or C(<models_dir>/<name>/<file>) per manifest entry -
     the one payload layout (C(plugins/module_utils/shape.py)) the C(gguf_fetch) role, the settle step and the plan
     use; a C(dest_dir) ending in C(/) gives one C(/).
-  - For a role no entry declares, the path C(fallback) gives (the settle step's C(payload_paths)).
+  - >-
+    For a role no entry declares, the path C(fallback) gives (the settle step's C(payload_paths)).
 options:
   _input:
     description: The fetch manifest (C(gguf_fetch_manifest)'s entries).

@@ -8,7 +8,8 @@ name: plan_fleet_summary
 short_description: The llm_plan role's fleet summary, one verdict per host
 version_added: 0.1.0
 description:
-  - C(fleet: N host(s), F fit, D do not fit, U not planned), then one row per host from the C(llm_plan) it
+  - >-
+    C(fleet: N host(s), F fit, D do not fit, U not planned), then one row per host from the C(llm_plan) it
     published - its capacity summary when planned, C(cannot plan) with the reason, C(plans after the fetch) for a
     payload not on the host yet, else C(stopped before the plan).
 options:

@@ -8,7 +8,8 @@ name: restore_units
 short_description: The units a runtime_retire MANIFEST recorded, each marked to start when it ran before the retire
 version_added: 0.1.0
 description:
-  - The C(units) that M(dankfleet.llm.trash_files) returns for a restore, as the internal C(_common) role's
+  - >-
+    The C(units) that M(dankfleet.llm.trash_files) returns for a restore, as the internal C(_common) role's
     C(tasks_from: units) takes them; C(start) is true for a unit whose recorded C(active_state) is one of
     O(running_states), when O(start) is true.
 options:

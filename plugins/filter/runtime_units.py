@@ -27,7 +27,8 @@ EXAMPLES = r"""
 """
 RETURN = r"""
 _value:
-  description: C({name, scope, user}) per unit, as the internal C(_common) role's C(tasks_from: units) takes them.
+  description: >-
+    C({name, scope, user}) per unit, as the internal C(_common) role's C(tasks_from: units) takes them.
   type: list
   elements: dict
 """

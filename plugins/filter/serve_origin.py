@@ -8,7 +8,8 @@ name: serve_origin
 short_description: Which of the planned serve values the inventory pinned
 version_added: 0.1.0
 description:
-  - C({tensor_split, ctx_size, cache_ram, n_cpu_moe}), each C(pinned) (the inventory set it) or C(planned) (it is
+  - >-
+    C({tensor_split, ctx_size, cache_ram, n_cpu_moe}), each C(pinned) (the inventory set it) or C(planned) (it is
     left open - a split of C([]), a context of C(0), a cache-ram or n_cpu_moe of C(auto) - for the planner): the one
     rule of C(plugins/module_utils/shape.py).
 options:

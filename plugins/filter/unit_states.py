@@ -8,10 +8,12 @@ name: unit_states
 short_description: One state record per systemd unit from the results of ansible.builtin.systemd_service reads
 version_added: 0.1.0
 description:
-  - The loop results of C(ansible.builtin.systemd_service) tasks with no C(state) (each item a unit C({name, scope,
+  - >-
+    The loop results of C(ansible.builtin.systemd_service) tasks with no C(state) (each item a unit C({name, scope,
     user}), each C(status) what C(systemctl show) said) as one record per unit, as the internal C(_common) role's
     C(tasks_from: units) publishes them in C(_common_units_status) and C(runtime_retire) writes them into a MANIFEST.
-  - A read that failed (a user without a running manager) has no C(status); its states read C(unknown).
+  - >-
+    A read that failed (a user without a running manager) has no C(status); its states read C(unknown).
 options:
   _input:
     description: The C(results) of the reads, system and user units together.
