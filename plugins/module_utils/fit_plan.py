@@ -376,13 +376,19 @@ FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 #                         64 KiB per ubatch token = 8 experts x 2048 x 4 B: the routed experts' f32 outputs
 #                         [n_embd, n_expert_used, n_tokens] alive before the weighted sum (~31 MiB at ub 512,
 #                         ~128 MiB at 2048)
-#   EXPERT_COPY_EMBD_BYTES / the largest offloaded expert tensor: with experts on the CPU the GPU keeps a fixed
-#                         compute reserve for the experts the scheduler copies over for a batched prompt: 282 MiB at
-#                         ub 512, 654 MiB at 2048, the same for --n-cpu-moe 24 and --cpu-moe. Both figures are one
-#                         expert tensor (the Q6_K ffn_down_exps, 157.5 MiB) + 124 B x n_embd per ubatch token
-#                         (281.5 / 653.5 MiB); planned beside the device's own compute law
+#   EXPERT_COPY_EMBD_BYTES / the largest offloaded expert tensor: with experts on the CPU the GPU's compute buffer
+#                         holds, beside the device's own graph (_graph_compute, its experts' terms included: the
+#                         scheduler copies the experts over and runs them there for a batched prompt), one expert
+#                         tensor (the largest offloaded: the Q6_K ffn_down_exps, 157.5 MiB) less 24 B x n_embd per
+#                         ubatch token. Fitted on --n-cpu-moe 24 (ctx 65536) and --cpu-moe (ctx 131072) at ub 512
+#                         (residual +0.57 MiB on both); held out: --n-cpu-moe 40 at ub 2048, +0.53 MiB
+#                         (tests/fixtures/llamacpp/b11434-cuda-h200-moe). The earlier reading (the whole buffer is
+#                         the reserve, 124 B x n_embd per token) counted the device's own graph twice: 148-593 MiB over
+#   MOE_FA_BESIDE         with flash attention on K/V that are not f16 (the f16 copies' peak) the experts' f32 outputs
+#                         stay beside it: all-GPU at ub 2048 q8_0 ctx 131072 was under by 127.5 MiB = 8 x 2048 x 4 x
+#                         2048 (fitted on that one row; no MoE q8_0 row is held out; ub 512 f16 rows do not reach it)
 MOE_EXPERT_OUT_BYTES = 4
-EXPERT_COPY_EMBD_BYTES = 124
+EXPERT_COPY_EMBD_BYTES = -24
 # --load-mode (llama_cpp_rules.LOAD_MODES / LOAD_MODE_MEMORY): how the host-side expert tensors are held -- pages
 # of the mapped file (resident: every token reads them), the same locked, or a pinned host buffer the system cannot
 # reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
@@ -863,7 +869,7 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
         # reads beside its output (ggml-cuda fattn.cu get_alloc_size, MMA/tile kernels): one layer at a time,
         # a peak of its own when it outgrows the FFN's
         beside = (prof["fa_beside_embd_bytes"] * n_embd + prof["fa_beside_q_bytes"] * q_width
-                  + prof["fa_beside_gate_bytes"] * gate_width)
+                  + prof["fa_beside_gate_bytes"] * gate_width + MOE_EXPERT_OUT_BYTES * moe_used * n_embd)
         layer_total = max(layer_total, fa_kv_f16 + ub * beside)
     mb = prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]
     inputs = ub * handed + copies * mb * ub * (cells_full + cells_swa)
@@ -1425,8 +1431,9 @@ def _target_compute(c, sh, devs):
                               first=d.index == sh.slots[0], gate_width=sh.gate_width, fa_kv_f16=d.fa_kv_f16,
                               q_width=sh.q_width, moe_used=d.moe_used)
         if d.expert_copy_max:
-            # the experts copied over for a batched prompt (measured beside the device's compute: EXPERT_COPY_EMBD_BYTES)
-            d.expert_copy_bytes = int(d.expert_copy_max + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub)
+            # the experts copied over for a batched prompt, beside the device's own graph (EXPERT_COPY_EMBD_BYTES);
+            # never below nothing where a wide ubatch would take the fitted per-token term past the tensor
+            d.expert_copy_bytes = max(0, int(d.expert_copy_max + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub))
             comp += d.expert_copy_bytes
         if d.index == sh.out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab

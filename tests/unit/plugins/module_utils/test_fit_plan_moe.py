@@ -94,10 +94,11 @@ def test_all_experts_on_the_host_leaves_about_0_8_gib_of_weights_on_the_gpu():
     assert r["host_experts"]["bytes"] == MODEL["expert_bytes_total"] and r["host_experts"]["blocks"] == 48
 
 
-@pytest.mark.parametrize("ub, mib", [(512, 282), (2048, 654)])
+@pytest.mark.parametrize("ub, mib", [(512, 133.5), (2048, 61.5)])
 @pytest.mark.parametrize("where", [{"n_cpu_moe": 24}, {"cpu_moe": True}, {"n_cpu_moe": 48}])
 def test_the_gpu_keeps_the_measured_reserve_for_copied_experts(ub, mib, where):
-    """issue 38: ~282 MiB at ub 512, ~654 at 2048, the same for 24 or 48 offloaded layers."""
+    """issue 38: beside the device's own graph, one expert tensor (157.5 MiB) less 24 B x n_embd per ubatch token
+    (measured totals 282 MiB at ub 512, 654 at 2048), the same for 24 or 48 offloaded layers."""
     r = plan(CARD, MODEL, serve(ubatch_size=ub, **where), host_ram_bytes=64 * GIB)
     assert abs(dev(r)["expert_copy_bytes"] - mib * MIB) <= 2 * MIB
     base = plan(CARD, MODEL, serve(ubatch_size=ub), host_ram_bytes=64 * GIB)
