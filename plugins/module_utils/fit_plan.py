@@ -572,6 +572,8 @@ def _check_facts(facts, what):
             if L["expert_bytes"] > int(L["tensor_bytes"]):
                 raise FitPlanError("%s.layers[%d].expert_bytes %d exceeds its tensor_bytes %d: pass gguf_info's "
                                    "result unmodified" % (what, i, L["expert_bytes"], L["tensor_bytes"]))
+            _check_span(L.get("expert_span"), "%s.layers[%d].expert_span" % (what, i), L["expert_bytes"])
+        _check_span(facts.get("input_span"), "%s.input_span" % what, int(facts.get("token_embd_bytes") or 0))
     else:
         routed = [i for i, L in enumerate(layers) if isinstance(L, dict) and _is_int(L.get("expert_bytes"))
                   and L["expert_bytes"] > 0]
@@ -588,6 +590,16 @@ def _check_facts(facts, what):
                                "and their state cannot be sized without the ssm.* dimensions" % what)
     if any(L["kind"] == "swa" for L in layers) and not facts.get("sliding_window"):
         raise FitPlanError("%s.sliding_window is missing although layers are sliding-window" % what)
+
+
+def _check_span(span, where, nbytes):
+    """A file range [first byte, end) from gguf_info (absent from an older one: the sum is booked then)."""
+    if span is None:
+        return
+    if (not isinstance(span, list) or len(span) != 2 or not all(_is_int(v) for v in span)
+            or not 0 <= span[0] <= span[1] or span[1] - span[0] < nbytes):
+        raise FitPlanError("%s %r is not a file range [first byte, end) holding its %d bytes: pass gguf_info's result "
+                           "unmodified" % (where, span, nbytes))
 
 
 def _cache_row(type_name, n, field):
@@ -1366,6 +1378,8 @@ def _evaluate(c, split, n_ctx_req):
     _target_compute(c, sh, devs)
     host = _target_host(c, sh)
     host_experts = _experts_on_host(devs, host)
+    gap = _mapped_gap(c)
+    host["weights_bytes"] += gap
     _draft_mtp(c, sh, devs, host)
     host_draft = _model_drafter(c, sh, devs, host)
     _mmproj_charge(c, devs, host)
@@ -1376,9 +1390,9 @@ def _evaluate(c, split, n_ctx_req):
         "split": list(split), "slots": sh.slots, "n_ctx": sh.n_ctx, "n_ctx_seq": sh.n_ctx_seq, "devices": rows,
         "gap_bytes": max(frees) - min(frees) if len(frees) > 1 else 0,
         "min_free_bytes": min(frees),
-        "host_weights_bytes": int(c.model.get("token_embd_bytes") or 0) + host_draft + host_experts,
+        "host_weights_bytes": int(c.model.get("token_embd_bytes") or 0) + host_draft + host_experts + gap,
         "host": dict(host, total_bytes=sum(host.values())),
-        "host_experts": _host_experts(c, host_experts),
+        "host_experts": _host_experts(c, host_experts, gap),
         "n_ubatch": sh.ub, "n_rs_seq": c.n_rs_seq,
     }
 
@@ -1463,6 +1477,22 @@ def _experts_on_host(devs, host):
     host_experts = sum(d.host_expert_bytes for d in devs)
     host["weights_bytes"] += host_experts
     return host_experts
+
+
+def _mapped_gap(c):
+    """With experts on the host and the file mapped (load_mode auto/mmap/mmap+mlock), the bytes llama.cpp's one
+    CPU_Mapped buffer holds beyond the tensors kept there: llama-model-loader.cpp get_mapping_range maps one range
+    per file from the first byte of the CPU's tensors (token_embd, the offloaded blocks' routed experts) to the last
+    one's end, so the blocks' other tensors lying between count -- and are resident, every token reads the range
+    (measured: RssFile = the range + the libraries; tests/fixtures/llamacpp/b11434-cuda-h200-moe). A pinned load
+    (load_mode none/mlock/dio) copies the tensors alone: the sum. Facts without the spans (an older gguf_info): 0."""
+    if not c.cpu_moe_blocks or LOAD_MODE_MEMORY[c.s["load_mode"]] not in ("mapped", "locked"):
+        return 0
+    spans = [c.layers[il].get("expert_span") for il in c.cpu_moe_blocks] + [c.model.get("input_span")]
+    if any(sp is None for sp in spans):
+        return 0
+    held = sum(int(c.layers[il]["expert_bytes"]) for il in c.cpu_moe_blocks) + int(c.model.get("token_embd_bytes") or 0)
+    return max(0, max(sp[1] for sp in spans) - min(sp[0] for sp in spans) - held)
 
 
 def _draft_mtp(c, sh, devs, host):
@@ -1650,8 +1680,9 @@ def _overhead(c, sh, devs):
                                   if d.moe_used else 0))
 
 
-def _host_experts(c, nbytes):
-    """Where the offloaded experts live on the host: the blocks, their bytes, and how --load-mode holds them."""
+def _host_experts(c, nbytes, gap=0):
+    """Where the offloaded experts live on the host: the blocks, their bytes, and how --load-mode holds them;
+    mapped_gap_bytes: the file between them that a mapped load holds beside them (_mapped_gap)."""
     s = c.s
     if not c.n_used:
         return None
@@ -1660,6 +1691,7 @@ def _host_experts(c, nbytes):
     blocks = sorted(c.cpu_moe_blocks)
     return {"blocks": len(blocks), "block_range": [blocks[0], blocks[-1]] if blocks else None, "bytes": nbytes,
             "load_mode": s["load_mode"], "memory": memory, "pinned_bytes": nbytes if pinned else 0,
+            "mapped_gap_bytes": gap,
             "n_cpu_moe": s["n_cpu_moe"], "cpu_moe": s["cpu_moe"]}
 
 
@@ -2058,13 +2090,15 @@ def _moe_checks(c, best, cache, host_ram_bytes, errors, warnings):
         return
     floor = max(HOST_RAM_FLOOR_BYTES, int(HOST_RAM_FLOOR_SHARE * host_ram_bytes))
     if host_total + cache_bytes > host_ram_bytes - floor:
-        errors.append("host RAM: %s GiB of experts on the host (%d blocks, %s%s) + %s GiB of the process's host buffers "
+        gap = hx.get("mapped_gap_bytes") or 0
+        errors.append("host RAM: %s GiB of experts on the host (%d blocks, %s%s)%s + %s GiB of the process's host buffers "
                       "+ %s GiB of prompt cache (serve.cache_ram_mib) leave less than the %s GiB the system keeps of "
                       "%s GiB; lower serve.n_cpu_moe (more experts on the GPU), lower serve.cache_ram_mib, or plan "
                       "for a host with more RAM"
                       % (_gib(hx["bytes"]), hx["blocks"], hx["memory"],
                          ", not reclaimable" if hx["memory"] in ("pinned", "locked") else "",
-                         _gib(host_total - hx["bytes"]), _gib(cache_bytes), _gib(floor), _gib(host_ram_bytes)))
+                         (" + %s GiB of the file between them (one mapped range)" % _gib(gap)) if gap else "",
+                         _gib(host_total - hx["bytes"] - gap), _gib(cache_bytes), _gib(floor), _gib(host_ram_bytes)))
 
 
 def _image_side(g, tokens):

@@ -81,8 +81,17 @@ def test_one_24gib_card_does_not_hold_it_dense_at_64k_but_does_with_n_cpu_moe():
     assert r["fits"], r["errors"]
     moved = expert_bytes(range(24))
     assert dev(dense)["weights_bytes"] - dev(r)["weights_bytes"] == moved
-    assert r["host"]["weights_bytes"] - dense["host"]["weights_bytes"] == moved
-    assert r["host_weights_bytes"] - dense["host_weights_bytes"] == moved
+    # mapped (load_mode auto): one file range from token_embd to block 23's last expert, the blocks' other tensors
+    # between included (llama-model-loader.cpp get_mapping_range; measured on the H200, issue 38)
+    gap = r["host_experts"]["mapped_gap_bytes"]
+    first, end = MODEL["input_span"][0], MODEL["layers"][23]["expert_span"][1]
+    assert gap == end - first - moved - MODEL["token_embd_bytes"]
+    assert gap >= sum(MODEL["layers"][il]["non_expert_bytes"] for il in range(23))
+    assert r["host"]["weights_bytes"] - dense["host"]["weights_bytes"] == moved + gap
+    assert r["host_weights_bytes"] - dense["host_weights_bytes"] == moved + gap
+    pinned = plan(CARD, MODEL, serve(ctx_size=65536, n_cpu_moe=24, load_mode="none"), host_ram_bytes=64 * GIB)
+    assert pinned["host_experts"]["mapped_gap_bytes"] == 0
+    assert pinned["host_weights_bytes"] - dense["host_weights_bytes"] == moved
     assert r["host_experts"]["blocks"] == 24 and r["host_experts"]["block_range"] == [0, 23]
     assert 8.9 < dev(r)["weights_bytes"] / GIB < 9.3            # issue 38: the GPU keeps 9.2 GiB at --n-cpu-moe 24
 
