@@ -274,3 +274,26 @@ def test_the_prompt_cache_budget_is_half_of_the_ram_the_experts_leave():
     msg = [e for e in r["errors"] if "more than half the host RAM" in e]
     assert msg and "beside the 16.35 GiB of experts kept there" in msg[0] and "may not claim more than 24398 MiB" in msg[0]
     assert not r["fits"]
+
+
+@pytest.mark.parametrize("where, bad", [("input_span", [5, 4]), ("input_span", "0-9"), ("input_span", [0, 1]),
+                                        ("expert_span", [-1, 10]), ("expert_span", [0, 1.5])])
+def test_a_span_that_is_not_a_file_range_is_refused_by_name(where, bad):
+    m = copy.deepcopy(MODEL)
+    if where == "input_span":
+        m["input_span"] = bad
+    else:
+        m["layers"][3]["expert_span"] = bad
+    with pytest.raises(FitPlanError, match=r"%s.*(is not a file range|is never negative)" % where):
+        plan(CARD, m, serve(n_cpu_moe=24), host_ram_bytes=64 * GIB)
+
+
+def test_facts_without_spans_book_the_sum():
+    """An older gguf_info's facts (no spans): the experts' bytes alone, as before."""
+    m = copy.deepcopy(MODEL)
+    del m["input_span"]
+    for L in m["layers"]:
+        del L["expert_span"]
+    r = plan(CARD, m, serve(ctx_size=65536, n_cpu_moe=24), host_ram_bytes=64 * GIB)
+    assert r["host_experts"]["mapped_gap_bytes"] == 0
+    assert r["host_weights_bytes"] == MODEL["token_embd_bytes"] + expert_bytes(range(24))
