@@ -2321,7 +2321,7 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     if drafter_unused:
         warnings.append(drafter_unused)
     cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings,
-                       experts_bytes=(best.get("host_experts") or {}).get("bytes") or 0)
+                       experts_bytes=sum((best.get("host_experts") or {}).get(k) or 0 for k in ("bytes", "mapped_gap_bytes")))
     _moe_checks(c, best, cache, host_ram_bytes, errors, warnings)
     if errors:
         fits = False
