@@ -24,6 +24,8 @@ only device and the planner's single device is compared with it.
     python benchmarks/fit_accuracy.py --set cuda-h200-27b --smi   # the 27B at real scale (issue 19)
     python benchmarks/fit_accuracy.py --set cuda-h200-swa         # sliding window, q8_0 KV (issue 17)
     python benchmarks/fit_accuracy.py --set cuda-h200-block --smi # 27B + DFlash2/DSpark block drafters (issue 24)
+    python benchmarks/fit_accuracy.py --set cuda-h200-moe --smi   # qwen3moe, experts on the host too (issue 38)
+    python benchmarks/fit_accuracy.py --set cuda-h200-vision --smi  # the projector after the largest image (34)
     python benchmarks/fit_accuracy.py --records DIR   # + every plan-vs-actual.json found under DIR
 
 ``--records DIR`` folds the records the llama_server role appends after every passing gate
@@ -62,7 +64,11 @@ SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" /
         # issue 17: a gemma3-like sliding-window model, q8_0 KV at 131072+ under CUDA flash attention
         "cuda-h200-swa": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-swa",
         # issue 24: the 27B target beside real-size DFlash2-like / DSpark-like block drafters
-        "cuda-h200-block": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-block"}
+        "cuda-h200-block": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-block",
+        # issue 38: a sparse real-size qwen3moe (30B-A3B class) all on the GPU, split, experts on the host
+        "cuda-h200-moe": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-moe",
+        # issue 34: the 27B target beside a real-size projector, the largest image the limit admits
+        "cuda-h200-vision": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-vision"}
 EXACT = ("weights", "kv", "recurrent")
 EXACT_BYTES = 1 * MIB
 COMPUTE_REL, COMPUTE_ABS = 0.10, 32 * MIB
@@ -122,7 +128,20 @@ def planner_inputs(fx):
     for k in ("cache_type_k_draft", "cache_type_v_draft"):
         if c.get(k):
             serve[k] = c[k]
+    # issue 38: experts on the host; issue 34: where the projector lives and its image limit
+    serve["n_cpu_moe"] = int(c.get("n_cpu_moe") or 0)
+    for k in ("cpu_moe", "load_mode", "mmproj_device", "image_max_tokens"):
+        if c.get(k):
+            serve[k] = c[k]
+    if c.get("mmproj") and c.get("mmproj_offload") is False:
+        serve["mmproj_offload"] = False
     return gpus, serve
+
+
+def mmproj_name(fx):
+    """The projector a fixture loaded beside the model (its config names it <name>.gguf), or None."""
+    m = fx["config"].get("mmproj")
+    return Path(m).stem if m else None
 
 
 def predicted(fx, facts):
@@ -130,7 +149,8 @@ def predicted(fx, facts):
     gpus, serve = planner_inputs(fx)
     model = facts(fx["model"])
     drafter = facts(fx["drafter"]) if fx.get("drafter") else None
-    r = fit_plan.plan(gpus, model, serve, drafter=drafter)
+    mmproj = facts(mmproj_name(fx)) if mmproj_name(fx) else None
+    r = fit_plan.plan(gpus, model, serve, drafter=drafter, mmproj=mmproj)
     mtp = "draft-mtp" in serve["spec_type"]
     out = {}
     for d in r["devices"]:
@@ -294,6 +314,8 @@ def smi_rows(fx, facts):
     smi = fx.get("nvidia_smi") or {}
     if not smi.get("after_request"):
         return []
+    # the peak: after the largest image (issue 34), after a long prompt (issue 38), else after the first request
+    peak = next(k for k in ("after_large_image", "after_long_prompt", "after_request") if smi.get(k))
     _, r = predicted(fx, facts)
     plan = dict((d["name"], d) for d in r["devices"])
     pids = {"CUDA0": fx["pids"]["server"]}
@@ -303,15 +325,16 @@ def smi_rows(fx, facts):
     for dev, pid in sorted(pids.items()):
         meas = fx["measured"]["devices"].get(dev, {}).get("total", 0)
         load = smi["after_load"]["apps"].get(str(pid))
-        req = smi["after_request"]["apps"].get(str(pid))
+        req = smi[peak]["apps"].get(str(pid))
         if load is None or req is None or dev not in plan:
             continue
-        pred = plan[dev]["total_bytes"] - plan[dev].get("mmproj_bytes", 0)
+        # the projector's bytes count where a projector was loaded (issue 34), not otherwise
+        pred = plan[dev]["total_bytes"] - (0 if mmproj_name(fx) else plan[dev].get("mmproj_bytes", 0))
         b, ok = check("total", pred, req * MIB)
         # the drafter's compute on this device as its own term (issue 24): planner vs llama.cpp's draft buffers
         dmeas = fx["measured"]["devices"].get(dev, {}).get("draft", {}).get("compute", 0)
         dpred = (plan[dev].get("draft_detail") or {}).get("compute_bytes", 0)
-        rows.append({"config": fx["id"], "device": dev, "draft_compute_predicted": dpred,
+        rows.append({"config": fx["id"], "device": dev, "sample": peak, "draft_compute_predicted": dpred,
                      "draft_compute_measured": dmeas, "llama_bytes": meas, "smi_load_bytes": load * MIB,
                      "smi_request_bytes": req * MIB, "unaccounted_load_bytes": load * MIB - meas,
                      "unaccounted_request_bytes": req * MIB - meas, "predicted": pred,
@@ -355,7 +378,7 @@ def main(argv=None):
     p.add_argument("--fixtures", default=None, help="a fixture dir (default: the --set's)")
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
                    help="cpu (issue 3), cuda-h200 (issue 9), cuda-h200-27b (issue 19), cuda-h200-swa (issue 17), "
-                   "cuda-h200-block (issue 24)")
+                   "cuda-h200-block (issue 24), cuda-h200-moe (issue 38), cuda-h200-vision (issue 34)")
     p.add_argument("--smi", action="store_true", help="the nvidia-smi table (CUDA fixtures): planner + overhead "
                    "against each process's GPU memory, and the memory beyond llama.cpp's buffers")
     p.add_argument("--failures", action="store_true", help="only rows outside their bound")

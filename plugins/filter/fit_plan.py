@@ -288,7 +288,9 @@ _value:
     host_experts:
       description: For a Mixture-of-Experts model, the experts kept on the host (O(serve.n_cpu_moe), O(serve.cpu_moe))
         -- C(blocks), C(block_range), C(bytes) (also in C(host.weights_bytes)), C(load_mode), C(memory) (C(mapped),
-        C(locked) or C(pinned)), C(pinned_bytes), C(n_cpu_moe), C(cpu_moe); null for a dense model.
+        C(locked) or C(pinned)), C(pinned_bytes), C(mapped_gap_bytes) (a mapped load maps one file range from the
+        token embedding to the last offloaded expert -- the tensors between count, also in C(host.weights_bytes)),
+        C(n_cpu_moe), C(cpu_moe); null for a dense model.
       type: dict
     n_cpu_moe_choice:
       description: When O(serve.n_cpu_moe) was left open with an auto split at C(ctx_size=max) and the planner kept

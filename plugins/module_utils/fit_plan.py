@@ -376,13 +376,19 @@ FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 #                         64 KiB per ubatch token = 8 experts x 2048 x 4 B: the routed experts' f32 outputs
 #                         [n_embd, n_expert_used, n_tokens] alive before the weighted sum (~31 MiB at ub 512,
 #                         ~128 MiB at 2048)
-#   EXPERT_COPY_EMBD_BYTES / the largest offloaded expert tensor: with experts on the CPU the GPU keeps a fixed
-#                         compute reserve for the experts the scheduler copies over for a batched prompt: 282 MiB at
-#                         ub 512, 654 MiB at 2048, the same for --n-cpu-moe 24 and --cpu-moe. Both figures are one
-#                         expert tensor (the Q6_K ffn_down_exps, 157.5 MiB) + 124 B x n_embd per ubatch token
-#                         (281.5 / 653.5 MiB); planned beside the device's own compute law
+#   EXPERT_COPY_EMBD_BYTES / the largest offloaded expert tensor: with experts on the CPU the GPU's compute buffer
+#                         holds, beside the device's own graph (_graph_compute, its experts' terms included: the
+#                         scheduler copies the experts over and runs them there for a batched prompt), one expert
+#                         tensor (the largest offloaded: the Q6_K ffn_down_exps, 157.5 MiB) less 24 B x n_embd per
+#                         ubatch token. Fitted on --n-cpu-moe 24 (ctx 65536) and --cpu-moe (ctx 131072) at ub 512
+#                         (residual +0.57 MiB on both); held out: --n-cpu-moe 40 at ub 2048, +0.53 MiB
+#                         (tests/fixtures/llamacpp/b11434-cuda-h200-moe). The earlier reading (the whole buffer is
+#                         the reserve, 124 B x n_embd per token) counted the device's own graph twice: 148-593 MiB over
+#   MOE_FA_BESIDE         with flash attention on K/V that are not f16 (the f16 copies' peak) the experts' f32 outputs
+#                         stay beside it: all-GPU at ub 2048 q8_0 ctx 131072 was under by 127.5 MiB = 8 x 2048 x 4 x
+#                         2048 (fitted on that one row; no MoE q8_0 row is held out; ub 512 f16 rows do not reach it)
 MOE_EXPERT_OUT_BYTES = 4
-EXPERT_COPY_EMBD_BYTES = 124
+EXPERT_COPY_EMBD_BYTES = -24
 # --load-mode (llama_cpp_rules.LOAD_MODES / LOAD_MODE_MEMORY): how the host-side expert tensors are held -- pages
 # of the mapped file (resident: every token reads them), the same locked, or a pinned host buffer the system cannot
 # reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
@@ -566,6 +572,8 @@ def _check_facts(facts, what):
             if L["expert_bytes"] > int(L["tensor_bytes"]):
                 raise FitPlanError("%s.layers[%d].expert_bytes %d exceeds its tensor_bytes %d: pass gguf_info's "
                                    "result unmodified" % (what, i, L["expert_bytes"], L["tensor_bytes"]))
+            _check_span(L.get("expert_span"), "%s.layers[%d].expert_span" % (what, i), L["expert_bytes"])
+        _check_span(facts.get("input_span"), "%s.input_span" % what, int(facts.get("token_embd_bytes") or 0))
     else:
         routed = [i for i, L in enumerate(layers) if isinstance(L, dict) and _is_int(L.get("expert_bytes"))
                   and L["expert_bytes"] > 0]
@@ -582,6 +590,16 @@ def _check_facts(facts, what):
                                "and their state cannot be sized without the ssm.* dimensions" % what)
     if any(L["kind"] == "swa" for L in layers) and not facts.get("sliding_window"):
         raise FitPlanError("%s.sliding_window is missing although layers are sliding-window" % what)
+
+
+def _check_span(span, where, nbytes):
+    """A file range [first byte, end) from gguf_info (absent from an older one: the sum is booked then)."""
+    if span is None:
+        return
+    if (not isinstance(span, list) or len(span) != 2 or not all(_is_int(v) for v in span)
+            or not 0 <= span[0] <= span[1] or span[1] - span[0] < nbytes):
+        raise FitPlanError("%s %r is not a file range [first byte, end) holding its %d bytes: pass gguf_info's result "
+                           "unmodified" % (where, span, nbytes))
 
 
 def _cache_row(type_name, n, field):
@@ -863,7 +881,7 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
         # reads beside its output (ggml-cuda fattn.cu get_alloc_size, MMA/tile kernels): one layer at a time,
         # a peak of its own when it outgrows the FFN's
         beside = (prof["fa_beside_embd_bytes"] * n_embd + prof["fa_beside_q_bytes"] * q_width
-                  + prof["fa_beside_gate_bytes"] * gate_width)
+                  + prof["fa_beside_gate_bytes"] * gate_width + MOE_EXPERT_OUT_BYTES * moe_used * n_embd)
         layer_total = max(layer_total, fa_kv_f16 + ub * beside)
     mb = prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]
     inputs = ub * handed + copies * mb * ub * (cells_full + cells_swa)
@@ -1360,6 +1378,8 @@ def _evaluate(c, split, n_ctx_req):
     _target_compute(c, sh, devs)
     host = _target_host(c, sh)
     host_experts = _experts_on_host(devs, host)
+    gap = _mapped_gap(c)
+    host["weights_bytes"] += gap
     _draft_mtp(c, sh, devs, host)
     host_draft = _model_drafter(c, sh, devs, host)
     _mmproj_charge(c, devs, host)
@@ -1370,9 +1390,9 @@ def _evaluate(c, split, n_ctx_req):
         "split": list(split), "slots": sh.slots, "n_ctx": sh.n_ctx, "n_ctx_seq": sh.n_ctx_seq, "devices": rows,
         "gap_bytes": max(frees) - min(frees) if len(frees) > 1 else 0,
         "min_free_bytes": min(frees),
-        "host_weights_bytes": int(c.model.get("token_embd_bytes") or 0) + host_draft + host_experts,
+        "host_weights_bytes": int(c.model.get("token_embd_bytes") or 0) + host_draft + host_experts + gap,
         "host": dict(host, total_bytes=sum(host.values())),
-        "host_experts": _host_experts(c, host_experts),
+        "host_experts": _host_experts(c, host_experts, gap),
         "n_ubatch": sh.ub, "n_rs_seq": c.n_rs_seq,
     }
 
@@ -1425,8 +1445,9 @@ def _target_compute(c, sh, devs):
                               first=d.index == sh.slots[0], gate_width=sh.gate_width, fa_kv_f16=d.fa_kv_f16,
                               q_width=sh.q_width, moe_used=d.moe_used)
         if d.expert_copy_max:
-            # the experts copied over for a batched prompt (measured beside the device's compute: EXPERT_COPY_EMBD_BYTES)
-            d.expert_copy_bytes = int(d.expert_copy_max + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub)
+            # the experts copied over for a batched prompt, beside the device's own graph (EXPERT_COPY_EMBD_BYTES);
+            # never below nothing where a wide ubatch would take the fitted per-token term past the tensor
+            d.expert_copy_bytes = max(0, int(d.expert_copy_max + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub))
             comp += d.expert_copy_bytes
         if d.index == sh.out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab
@@ -1456,6 +1477,22 @@ def _experts_on_host(devs, host):
     host_experts = sum(d.host_expert_bytes for d in devs)
     host["weights_bytes"] += host_experts
     return host_experts
+
+
+def _mapped_gap(c):
+    """With experts on the host and the file mapped (load_mode auto/mmap/mmap+mlock), the bytes llama.cpp's one
+    CPU_Mapped buffer holds beyond the tensors kept there: llama-model-loader.cpp get_mapping_range maps one range
+    per file from the first byte of the CPU's tensors (token_embd, the offloaded blocks' routed experts) to the last
+    one's end, so the blocks' other tensors lying between count -- and are resident, every token reads the range
+    (measured: RssFile = the range + the libraries; tests/fixtures/llamacpp/b11434-cuda-h200-moe). A pinned load
+    (load_mode none/mlock/dio) copies the tensors alone: the sum. Facts without the spans (an older gguf_info): 0."""
+    if not c.cpu_moe_blocks or LOAD_MODE_MEMORY[c.s["load_mode"]] not in ("mapped", "locked"):
+        return 0
+    spans = [c.layers[il].get("expert_span") for il in c.cpu_moe_blocks] + [c.model.get("input_span")]
+    if any(sp is None for sp in spans):
+        return 0
+    held = sum(int(c.layers[il]["expert_bytes"]) for il in c.cpu_moe_blocks) + int(c.model.get("token_embd_bytes") or 0)
+    return max(0, max(sp[1] for sp in spans) - min(sp[0] for sp in spans) - held)
 
 
 def _draft_mtp(c, sh, devs, host):
@@ -1643,8 +1680,9 @@ def _overhead(c, sh, devs):
                                   if d.moe_used else 0))
 
 
-def _host_experts(c, nbytes):
-    """Where the offloaded experts live on the host: the blocks, their bytes, and how --load-mode holds them."""
+def _host_experts(c, nbytes, gap=0):
+    """Where the offloaded experts live on the host: the blocks, their bytes, and how --load-mode holds them;
+    mapped_gap_bytes: the file between them that a mapped load holds beside them (_mapped_gap)."""
     s = c.s
     if not c.n_used:
         return None
@@ -1653,6 +1691,7 @@ def _host_experts(c, nbytes):
     blocks = sorted(c.cpu_moe_blocks)
     return {"blocks": len(blocks), "block_range": [blocks[0], blocks[-1]] if blocks else None, "bytes": nbytes,
             "load_mode": s["load_mode"], "memory": memory, "pinned_bytes": nbytes if pinned else 0,
+            "mapped_gap_bytes": gap,
             "n_cpu_moe": s["n_cpu_moe"], "cpu_moe": s["cpu_moe"]}
 
 
@@ -2051,13 +2090,15 @@ def _moe_checks(c, best, cache, host_ram_bytes, errors, warnings):
         return
     floor = max(HOST_RAM_FLOOR_BYTES, int(HOST_RAM_FLOOR_SHARE * host_ram_bytes))
     if host_total + cache_bytes > host_ram_bytes - floor:
-        errors.append("host RAM: %s GiB of experts on the host (%d blocks, %s%s) + %s GiB of the process's host buffers "
+        gap = hx.get("mapped_gap_bytes") or 0
+        errors.append("host RAM: %s GiB of experts on the host (%d blocks, %s%s)%s + %s GiB of the process's host buffers "
                       "+ %s GiB of prompt cache (serve.cache_ram_mib) leave less than the %s GiB the system keeps of "
                       "%s GiB; lower serve.n_cpu_moe (more experts on the GPU), lower serve.cache_ram_mib, or plan "
                       "for a host with more RAM"
                       % (_gib(hx["bytes"]), hx["blocks"], hx["memory"],
                          ", not reclaimable" if hx["memory"] in ("pinned", "locked") else "",
-                         _gib(host_total - hx["bytes"]), _gib(cache_bytes), _gib(floor), _gib(host_ram_bytes)))
+                         (" + %s GiB of the file between them (one mapped range)" % _gib(gap)) if gap else "",
+                         _gib(host_total - hx["bytes"] - gap), _gib(cache_bytes), _gib(floor), _gib(host_ram_bytes)))
 
 
 def _image_side(g, tokens):
@@ -2280,7 +2321,7 @@ def plan(gpus, model, serve, drafter=None, mmproj=None, host_ram_bytes=None):
     if drafter_unused:
         warnings.append(drafter_unused)
     cache = _cache_ram(c, n_ctx_seq, host_ram_bytes, errors, warnings,
-                       experts_bytes=(best.get("host_experts") or {}).get("bytes") or 0)
+                       experts_bytes=sum((best.get("host_experts") or {}).get(k) or 0 for k in ("bytes", "mapped_gap_bytes")))
     _moe_checks(c, best, cache, host_ram_bytes, errors, warnings)
     if errors:
         fits = False

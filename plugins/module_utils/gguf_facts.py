@@ -270,6 +270,7 @@ def _moe_facts(g, arch, n_layer_all, n_ff):
     shexp_key = int(g.get(a + "expert_shared_feed_forward_length", 0) or 0)
     expert_bytes = [0] * n_layer_all
     expert_max = [0] * n_layer_all
+    span = [None] * n_layer_all
     width = [0] * n_layer_all
     shexp = [0] * n_layer_all
     for t in g.tensors:
@@ -280,6 +281,7 @@ def _moe_facts(g, arch, n_layer_all, n_ff):
                 continue
             expert_bytes[il] += t.nbytes
             expert_max[il] = max(expert_max[il], t.nbytes)
+            span[il] = _widen(span[il], t)
             if len(t.shape) >= 2:
                 kind = m.group(2)
                 w = t.shape[0] if kind == "down" else (t.shape[1] // 2 if kind == "gate_up" else t.shape[1])
@@ -306,8 +308,18 @@ def _moe_facts(g, arch, n_layer_all, n_ff):
         "expert_bytes_total": sum(expert_bytes),
         "moe_planned": arch in MOE_PLANNED_ARCHS,
         "per_layer": [{"expert_bytes": expert_bytes[il], "expert_tensor_bytes_max": expert_max[il],
-                       "n_ff_exp": width[il], "n_ff_shexp": shexp[il]} for il in range(n_layer_all)],
+                       "n_ff_exp": width[il], "n_ff_shexp": shexp[il], "expert_span": span[il]}
+                      for il in range(n_layer_all)],
     }
+
+
+def _widen(span, t):
+    """[first byte, end) in the file of a group of tensors, widened by tensor t: what llama.cpp maps for a CPU
+    buffer holding them (llama-model-loader.cpp get_mapping_range: one range per file from the first tensor's
+    offset to the last one's end, whatever lies between)."""
+    if span is None:
+        return [t.offset, t.offset + t.nbytes]
+    return [min(span[0], t.offset), max(span[1], t.offset + t.nbytes)]
 
 
 INPUT_TENSORS = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
@@ -540,6 +552,7 @@ def facts_from_gguf(g):
     # tensors: per block, input (host), output-device groups
     per_layer = [0] * n_layer_all
     token_embd_bytes = 0
+    input_span = None
     output_bytes = 0
     for t in g.tensors:
         m = _BLK.match(t.name)
@@ -551,6 +564,7 @@ def facts_from_gguf(g):
                 output_bytes += t.nbytes
         elif t.name.startswith(INPUT_TENSORS):
             token_embd_bytes += t.nbytes
+            input_span = _widen(input_span, t)
         else:
             output_bytes += t.nbytes
     out_w = g.tensor("output.weight")
@@ -579,7 +593,7 @@ def facts_from_gguf(g):
             "tensor_bytes": per_layer[il],
         })
         # MoE: the routed experts' bytes apart from the rest of the block (what --n-cpu-moe moves), their width
-        ex = moe["per_layer"][il] if moe else dict.fromkeys(DENSE_EXPERT_KEYS, 0)
+        ex = moe["per_layer"][il] if moe else dict(dict.fromkeys(DENSE_EXPERT_KEYS, 0), expert_span=None)
         layers[-1].update(ex, non_expert_bytes=per_layer[il] - ex["expert_bytes"])
     counts = {}
     for k in kinds:
@@ -643,6 +657,9 @@ def facts_from_gguf(g):
         "layer_counts": counts,
         "layers": layers,
         "token_embd_bytes": token_embd_bytes,
+        # [first byte, end) of the input tensors in the file: with experts on the host, what the CPU's mapped
+        # buffer spans together with their blocks' expert_span (fit_plan books the range, not the sum)
+        "input_span": input_span,
         "output_bytes": output_bytes,
         "output_tied": output_tied,
         "drafter": drafter,

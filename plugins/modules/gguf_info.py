@@ -331,7 +331,8 @@ layers:
     C(kv_bytes_per_token_f16), C(tensor_bytes); and for Mixture-of-Experts C(expert_bytes) (the routed expert
     tensors C(ffn_*_exps), what C(--n-cpu-moe) moves to the host), C(non_expert_bytes) (the rest of the block),
     C(expert_tensor_bytes_max) (its largest expert tensor), C(n_ff_exp) and C(n_ff_shexp) (expert and shared-expert
-    FFN widths, read off the tensors); 0 on a dense layer.
+    FFN widths, read off the tensors); 0 on a dense layer; C(expert_span), the file range [first byte, end) of
+    its routed expert tensors (what a mapped CPU buffer spans), null on a dense layer.
   returned: when O(path) or O(url) is given
   type: list
   elements: dict
@@ -360,6 +361,12 @@ token_embd_bytes:
   description: Bytes of the token embedding (kept on the host by llama.cpp).
   returned: when not an mmproj
   type: int
+input_span:
+  description: The file range [first byte, end) of the input tensors (the token embedding). With experts on the host,
+    llama.cpp maps one range from the first to the last byte of the tensors kept on the CPU, whatever lies between.
+  returned: when not an mmproj
+  type: list
+  elements: int
 output_bytes:
   description: Bytes placed on the output device (output.weight, or the duplicated token_embd when tied, norms,
     drafter heads).
