@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """FAULT INJECTION for molecule case (k): the llama-server of the ``-leaky`` release.
 
 A real b11434 CPU build keeps no state between requests on a slot, and no server option makes it answer a greedy
