@@ -1,9 +1,7 @@
-"""Molecule case (k)'s fault injection (molecule/llama_server/leaky-llama-server.py) injects exactly one fault: in
+"""Molecule case (k)'s fault injection (molecule/llama_server/leaky_llama_server.py) injects exactly one fault: in
 front of an endpoint that keeps no state (issue 35's recorded b11434 answers, over a real socket), verify's slots and
 drafter checks still pass and only the isolation check fails, naming each slot; everything else crosses unchanged."""
-import importlib.util
 import json
-import os
 import threading
 import urllib.error
 import urllib.request
@@ -12,20 +10,9 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
-from ansible_collections.dankfleet.llm.tests.unit.plugins.module_utils import test_endpoint_answers_hostile as h
-
-PROXY_PATH = os.path.join(os.path.dirname(os.path.abspath(h.__file__)), '..', '..', '..', '..',
-                          'molecule', 'llama_server', 'leaky-llama-server.py')
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location('leaky_llama_server', os.path.normpath(PROXY_PATH))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-proxy = _load()
+from ansible_collections.dankfleet.llm.molecule.llama_server import leaky_llama_server as proxy
+# the recorded b11434 stand-in, under the one name pytest collects it by (tests/conftest.py)
+from tests.unit.plugins.module_utils import test_endpoint_answers_hostile as h
 
 
 class Proxied(object):
