@@ -16,6 +16,10 @@ SELF = os.path.relpath(os.path.abspath(__file__), REPO)
 # The one file that may touch sys.path: it applies pytest.ini's own pythonpath, read from pytest.ini, when
 # pytest ran under another config file (ansible-test units') - the same path, not another.
 APPLIES_PYTEST_INI = "tests/conftest.py"
+# a test module imported by another test runs twice and is loaded under a second name: shared code goes to a
+# tests/unit/*_testlib.py helper instead
+TEST_MODULE_IMPORT = re.compile(r"(?m)^\s*(?:from\s+([\w.]*\btest_\w+)\s+import|from\s+[\w.]+\s+import\s+\(?\s*(test_\w+)"
+                                r"|import\s+([\w.]*\btest_\w+))")
 
 
 def sources():
@@ -55,3 +59,9 @@ def test_module_utils_import_each_other_by_their_one_name():
         if bare:
             found[name] = bare
     assert found == {}, "import ansible_collections.dankfleet.llm.plugins.module_utils.<name> instead"
+
+
+def test_no_test_module_imports_another():
+    found = dict((path, ["".join(m) for m in TEST_MODULE_IMPORT.findall(text)]) for path, text in sources()
+                 if TEST_MODULE_IMPORT.search(text))
+    assert found == {}, "move what both use to a tests/unit/*_testlib.py helper"

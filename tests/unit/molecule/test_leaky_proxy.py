@@ -2,34 +2,20 @@
 front of an endpoint that keeps no state (issue 35's recorded b11434 answers, over a real socket), verify's slots and
 drafter checks still pass and only the isolation check fails, naming each slot; everything else crosses unchanged."""
 import json
-import threading
 import urllib.error
 import urllib.request
-from http.server import ThreadingHTTPServer
 
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
 from ansible_collections.dankfleet.llm.molecule.llama_server import leaky_llama_server as proxy
-# the recorded b11434 stand-in, under the one name pytest collects it by (tests/conftest.py)
-from tests.unit.plugins.module_utils import test_endpoint_answers_hostile as h
+from ansible_collections.dankfleet.llm.tests.unit import endpoint_stand_testlib as h
+from ansible_collections.dankfleet.llm.tests.unit.http_testlib import Serving
 
 
-class Proxied(object):
+def Proxied(upstream_port):
     """The leaking proxy on a free port in front of upstream_port."""
-
-    def __init__(self, upstream_port):
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), proxy.handler('127.0.0.1', upstream_port, proxy.Leak()))
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return Serving(proxy.handler('127.0.0.1', upstream_port, proxy.Leak()))
 
 
 def _verify(port, checks):
@@ -54,7 +40,7 @@ def test_behind_the_proxy_only_isolation_fails_and_names_each_slot():
         direct = _verify(srv.port, ('slots', 'drafter', 'isolation'))
         leaky = _verify(px.port, ('slots', 'drafter', 'isolation'))
     assert direct['passed'], direct['message']                      # the endpoint itself leaks nothing
-    checks = h._checks(leaky)
+    checks = h.checks_by_name(leaky)
     assert checks['slots']['status'] == 'pass' and checks['drafter']['status'] == 'pass', leaky['message']
     c = checks['isolation']
     assert not leaky['passed'] and c['status'] == 'fail' and c['fatal'], c

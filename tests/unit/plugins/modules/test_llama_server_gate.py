@@ -17,19 +17,19 @@ import os
 import stat
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env
+from ansible_collections.dankfleet.llm.tests.unit.http_testlib import Serving
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 MIB = 1048576
 
 
-class FakeLlamaServer(object):
+class FakeLlamaServer(Serving):
     """What the gate reads of llama-server b11434, on 127.0.0.1:<free port>."""
 
     def __init__(self, alias='frank-lab', slots=2, n_ctx=1024, vision=False, api_key='', metrics=True,
@@ -131,17 +131,7 @@ class FakeLlamaServer(object):
                     answer = json.dumps(answer).replace('"__T__"', server.usage_text)
                 self._send(200, answer)
 
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        Serving.__init__(self, Handler, poll_interval=0.05)
 
 
 class FakeUnit(object):
