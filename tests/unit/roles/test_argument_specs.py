@@ -10,8 +10,8 @@ molecule, the lab) names an entry point, so a new role or a new `tasks_from` is 
 - every option of every entry point has a type and a description, a list its elements, the role's
   prefix, and is a default of the role (or required); the entry point covers the defaults named for it
   (<role>_<entry>_*);
-- a literal default is in the spec with the same value (a templated one is derived at run time), and a
-  default with choices is one of them;
+- every default is in the spec with the same value (a templated one as its template: the settle step reads the
+  specs, never a role's defaults), and a literal default with choices is one of them;
 - every entry point has its tasks file, and every tasks file used as an entry point has a spec entry.
 """
 from __future__ import (absolute_import, division, print_function)
@@ -144,17 +144,20 @@ def test_every_option_is_typed_described_prefixed_and_a_default(role):
 
 
 @pytest.mark.parametrize('role', ROLES)
-def test_literal_defaults_agree_with_the_spec(role):
+def test_defaults_agree_with_the_spec(role):
     role_defaults = defaults(role)
     for entry, spec in specs(role).items():
         for name, option in (spec.get('options') or {}).items():
             if name not in role_defaults:
                 continue
             value, where = role_defaults[name], '%s: %s' % (entry, name)
-            if 'default' in option:
-                assert option['default'] == value, where
-            elif not option.get('required'):
-                assert templated(value), (where, 'a literal default belongs in the spec')
+            # the settle step reads the specs, never a role's defaults: every default is there, a templated one as
+            # its template
+            if option.get('required'):
+                assert 'default' not in option, (where, 'a required option has no default')
+                continue
+            assert 'default' in option, (where, 'the default belongs in the spec (a templated one as its template)')
+            assert option['default'] == value, where
             if 'choices' in option and not templated(value):
                 values = value if option['type'] == 'list' else [value]
                 assert all(v in option['choices'] for v in values), where
