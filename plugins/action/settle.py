@@ -14,11 +14,11 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-try:  # ansible-core 2.19+: a string read from a file is templated only when trusted
+try:  # ansible-core 2.19+ (meta/runtime.yml): a string read from a file is templated only when trusted
     from ansible.template import trust_as_template
-except ImportError:  # pragma: no cover - older cores template every string
+except ImportError:  # pragma: no cover - an older core templates every plain str, never an !unsafe one
     def trust_as_template(value):
-        return value
+        return str(value)  # a plain copy: the !unsafe marking is the str subclass, which str() drops
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import settle as settle_utils
 from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import serve_shape
@@ -35,7 +35,10 @@ _MAGIC = frozenset(('vars', 'hostvars', 'groups', 'group_names', 'play_hosts', '
 
 
 def _trusted(value):
-    """A documented default as the role's own loading sees it: its templates are templates."""
+    """A documented default as a role's defaults file gives it: its templates are templates. A spec writes every
+    templated default `!unsafe` (so ansible-core's role argument validation, which templates the whole spec, never
+    evaluates one; tests/unit/roles/test_spec_defaults_unevaluated.py), and this step templates it itself, in the
+    play's scope."""
     if isinstance(value, str):
         return trust_as_template(value)
     if isinstance(value, dict):

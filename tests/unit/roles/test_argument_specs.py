@@ -23,6 +23,8 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 ROLES_DIR = os.path.join(REPO, 'roles')
 ROLES = sorted(d for d in os.listdir(ROLES_DIR) if os.path.isdir(os.path.join(ROLES_DIR, d, 'tasks')))
@@ -30,8 +32,9 @@ ROLE_TASKS = ('include_role', 'import_role', 'ansible.builtin.include_role', 'an
 COLLECTION = 'dankfleet.llm.'
 
 
-class _AnyTagLoader(getattr(yaml, 'CSafeLoader', yaml.SafeLoader)):
-    """Safe loading that reads a tagged value (!unsafe, !vault ...) as None: no check here needs one."""
+class _AnyTagLoader(role_yaml.Loader):
+    """Safe loading that reads !unsafe as its value (a templated spec default) and any other tagged value
+    (!vault ...) as None: no check here needs one."""
 
 
 _AnyTagLoader.add_multi_constructor('!', lambda loader, suffix, node: None)

@@ -18,6 +18,8 @@ import re
 
 import yaml
 
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 ROLES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, 'roles', '*')) if os.path.isdir(p))
 SHARED = {'dankfleet'}
@@ -69,7 +71,7 @@ def reads_of_text(text, is_yaml):
         for m in EXPR.finditer(text):
             out |= names(m.group(1) or m.group(2))
         return out
-    for key, value in _strings(yaml.safe_load(text)):
+    for key, value in _strings(role_yaml.load(text)):
         if key in BARE and '{{' not in value:
             out |= names(value)
         for m in EXPR.finditer(value):
@@ -101,7 +103,7 @@ def published(role):
     sets = set()
     for path in glob.glob(os.path.join(REPO, 'roles', role, 'tasks', '*.yml')):
         with open(path) as handle:
-            for task in _tasks(yaml.safe_load(handle)):
+            for task in _tasks(role_yaml.load(handle)):
                 facts = task.get('ansible.builtin.set_fact') or task.get('set_fact')
                 if isinstance(facts, dict):
                     sets |= set(k for k in facts if k != 'cacheable')
@@ -180,7 +182,7 @@ def _spec_options():
     out = set()
     for path in glob.glob(os.path.join(REPO, 'roles', '*', 'meta', 'argument_specs.yml')):
         with open(path) as handle:
-            for entry in ((yaml.safe_load(handle) or {}).get('argument_specs') or {}).values():
+            for entry in ((role_yaml.load(handle) or {}).get('argument_specs') or {}).values():
                 out |= set((entry or {}).get('options') or {})
     return out
 
