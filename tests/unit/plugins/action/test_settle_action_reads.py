@@ -10,6 +10,7 @@ import os
 
 import yaml
 from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
 
 from ansible_collections.dankfleet.llm.plugins.action import settle as action
 
@@ -59,3 +60,20 @@ def test_the_documented_defaults_are_the_roles_defaults(monkeypatch):
     assert dict((n, v) for n, v in merged.items() if n not in required) == defaults
     assert defaults['llama_server_alias'] == '{{ llama_server_service_name }}'
     assert defaults['llama_server_port'] == 8080
+
+
+def test_a_templated_default_is_left_as_text_until_the_action_templates_it(monkeypatch):
+    """A spec writes a templated default !unsafe. Loaded as a role loads its meta files (trusted as templates), it
+    stays its text, as role argument validation must leave it; the action trusts it as a template and templates it in
+    the play's scope."""
+    _, defaults, _ = _read_by_the_action(monkeypatch)
+    spec = DataLoader().load_from_file(os.path.join(REPO, 'roles', 'llama_server', 'meta', 'argument_specs.yml'),
+                                       trusted_as_template=True)['argument_specs']['main']['options']
+    templar = Templar(loader=DataLoader(), variables={'llama_server_service_name': 'llm-a', 'llama_server_state_dir': '/s'})
+    assert templar.template(spec['llama_server_alias']['default']) == '{{ llama_server_service_name }}'
+    assert templar.template(spec['llama_server_read_write_paths']['default']) == ['{{ llama_server_state_dir }}/cache']
+    assert templar.template(spec['llama_server_alias']['description']) == spec['llama_server_alias']['description']
+    alias, paths = defaults['llama_server_alias'], defaults['llama_server_read_write_paths']
+    assert (alias, paths) == (spec['llama_server_alias']['default'], spec['llama_server_read_write_paths']['default'])
+    assert templar.template(action._trusted(alias)) == 'llm-a'
+    assert templar.template(action._trusted(paths)) == ['/s/cache']
