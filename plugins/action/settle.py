@@ -9,32 +9,21 @@ __metaclass__ = type
 
 import glob
 import os
-import re
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-try:  # ansible-core 2.19+: a string read from a file is templated only when trusted
+try:  # ansible-core 2.19+ (meta/runtime.yml): a string read from a file is templated only when trusted
     from ansible.template import trust_as_template
-except ImportError:  # pragma: no cover - older cores template every string
+except ImportError:  # pragma: no cover - an older core templates every plain str, never an !unsafe one
     def trust_as_template(value):
-        return value
+        return str(value)  # a plain copy: the !unsafe marking is the str subclass, which str() drops
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import settle as settle_utils
 from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import serve_shape
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-# what the step reads whether or not the inventory sets it (the roles' defaults fill the rest)
-NEEDED = tuple('llama_server_' + key for key, _ in settle_utils.PLAN_SERVE) + (
-    'llama_server_devices', 'llama_server_port', 'llama_server_service_name', 'llama_server_alias',
-    'llama_server_extra_args', 'llama_server_extra_env', 'llama_server_gate_enabled', 'llama_server_metrics',
-    'llama_server_model_path', 'llama_server_drafter_path', 'llama_server_mmproj_path',
-    'gguf_fetch_manifest', 'gguf_fetch_models_dir', 'llama_cpp_build_prefix', 'runtime_retire_runtimes',
-    'llama_cpp_build_backend', 'llama_cpp_build_source_type')
-# a name a task file of the collection sets (register:, set_fact, a task's vars:) is the collection's own
-_SET_NAME = re.compile(r'^\s*-?\s*(?:register:\s*(%s)\b|(%s):)' % ((r'(?:%s)[a-z0-9_]+' % '|'.join(
-    settle_utils.PREFIXES),) * 2), re.M)
 _CACHE = {}
 # the way to a plan while the inventory is incomplete or the host out of reach: nothing is contacted or changed
 OFFLINE = ('To plan without reaching or changing a host: ansible-playbook playbooks/plan.yml '
@@ -46,7 +35,10 @@ _MAGIC = frozenset(('vars', 'hostvars', 'groups', 'group_names', 'play_hosts', '
 
 
 def _trusted(value):
-    """A role default as the role's own loading sees it: its templates are templates."""
+    """A documented default as a role's defaults file gives it: its templates are templates. A spec writes every
+    templated default `!unsafe` (so ansible-core's role argument validation, which templates the whole spec, never
+    evaluates one; tests/unit/roles/test_spec_defaults_unevaluated.py), and this step templates it itself, in the
+    play's scope."""
     if isinstance(value, str):
         return trust_as_template(value)
     if isinstance(value, dict):
@@ -57,22 +49,18 @@ def _trusted(value):
 
 
 def _collection(loader):
-    """(options, defaults, published names) of the collection's roles, read once per process."""
+    """(options, defaults) of the collection's roles, read once per process from their argument specs alone
+    (meta/argument_specs.yml): every documented input, and its documented default (a templated one as its
+    template; tests/unit/roles/test_argument_specs.py holds each to the role's defaults/main.yml). No role's
+    defaults file and no task file is read."""
     if 'options' not in _CACHE:
-        specs, defaults, published = {}, {}, set()
+        specs = {}
         for path in sorted(glob.glob(os.path.join(ROOT, 'roles', '*', 'meta', 'argument_specs.yml'))):
             role = path.split(os.sep)[-3]
             specs[role] = (loader.load_from_file(path) or {}).get('argument_specs') or {}
-        for path in sorted(glob.glob(os.path.join(ROOT, 'roles', '*', 'defaults', 'main.yml'))):
-            defaults.update(loader.load_from_file(path) or {})
-        for path in sorted(glob.glob(os.path.join(ROOT, 'roles', '*', 'tasks', '*.yml'))
-                           + glob.glob(os.path.join(ROOT, 'playbooks', '*.yml'))
-                           + glob.glob(os.path.join(ROOT, 'playbooks', 'tasks', '*.yml'))):
-            with open(path) as handle:
-                for match in _SET_NAME.finditer(handle.read()):
-                    published.add(match.group(1) or match.group(2))
-        _CACHE.update(options=settle_utils.spec_options(specs), defaults=defaults, published=published)
-    return _CACHE['options'], _CACHE['defaults'], _CACHE['published']
+        options = settle_utils.spec_options(specs)
+        _CACHE.update(options=options, defaults=settle_utils.spec_defaults(options))
+    return _CACHE['options'], _CACHE['defaults']
 
 
 class ActionModule(ActionBase):
@@ -90,7 +78,7 @@ class ActionModule(ActionBase):
             strict=dict(type='bool', default=True),
             plan=dict(type='dict'),
         ))
-        options, defaults, published = _collection(self._loader)
+        options, defaults = _collection(self._loader)
         host = task_vars.get('inventory_hostname', 'this host')
         # the host's own: every name of the collection's prefixes that is not a role's untouched default
         given = set(n for n in task_vars if isinstance(n, str) and not n.startswith('_')
@@ -103,12 +91,12 @@ class ActionModule(ActionBase):
                       and n not in _MAGIC and n not in given and n not in defaults and isinstance(task_vars[n], (str, list, dict))
                       and 'FILL' in to_text(task_vars[n]))
         values, unreadable = {}, []
-        # the roles' defaults under the host's variables, as a play that imports every role sees them (a role
-        # default may name another role default the play has not imported)
+        # the documented defaults under the host's variables, as a play that imports every role sees them (a
+        # default may name another role's default the play has not imported)
         missing = dict((n, _trusted(v)) for n, v in defaults.items() if n not in task_vars)
         templar = self._templar.copy_with_new_env(available_variables=dict(missing, **task_vars)) if missing \
             else self._templar
-        for name in sorted(given | written | set(NEEDED)):
+        for name in sorted(given | written | set(settle_utils.READS)):
             if name in task_vars:
                 raw = task_vars[name]
             elif name in missing:
@@ -122,7 +110,7 @@ class ActionModule(ActionBase):
                     continue  # a value of the host's facts: the step runs before the host is contacted
                 unreadable.append(settle_utils.Problem(name, '%s cannot be read: %s' % (name, to_text(exc.message))))
         out = settle_utils.settle(values, options, given, host=host, scanned=written,
-                                  extra_known=published, placeholders_refused=args['placeholders'] == 'refuse',
+                                  extra_known=settle_utils.PUBLISHED, placeholders_refused=args['placeholders'] == 'refuse',
                                   derived=set(n for n in values if n in task_vars and isinstance(task_vars[n], str)
                                               and '{{' in task_vars[n]))
         # one cause (a selector naming nothing: dankfleet_shape: nope) leaves many values unreadable: one line

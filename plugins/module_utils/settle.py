@@ -71,6 +71,19 @@ PLAN_SERVE = (
     ("mmproj_device", "str"), ("mmproj_offload", "raw"), ("image_min_tokens", "int"), ("image_max_tokens", "int"),
 )
 PAYLOAD_ROLES = ("target", "drafter", "mmproj")
+# What the step's checks and its result read, whether or not the inventory sets them (the documented default fills
+# the rest): the serve settings, what serve_problems cross-checks, the payload's, the build's and the retire's.
+READS = tuple("llama_server_" + key for key, _ in PLAN_SERVE) + (
+    "llama_server_devices", "llama_server_port", "llama_server_service_name", "llama_server_alias",
+    "llama_server_extra_args", "llama_server_extra_env", "llama_server_gate_enabled", "llama_server_metrics",
+    "llama_server_model_path", "llama_server_drafter_path", "llama_server_mmproj_path",
+    "gguf_fetch_manifest", "gguf_fetch_models_dir", "llama_cpp_build_prefix", "runtime_retire_runtimes",
+    "llama_cpp_build_backend", "llama_cpp_build_source_type")
+# The results the roles publish under a governed prefix (set_fact / register), and the play variables a playbook
+# passes that no spec documents as an option: known names, an inventory's never. tests/unit/roles/test_role_to_role.py
+# holds this to what the roles' tasks and the playbooks set, so the step itself reads no task file.
+PUBLISHED = ("gguf_fetch_changed", "gguf_fetch_paths", "llama_server_known_good_required", "llama_server_result",
+             "runtime_retire_retired")
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,20}\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -109,6 +122,12 @@ def spec_options(argument_specs):
             for name, spec in ((entries[entry] or {}).get("options") or {}).items():
                 out.setdefault(name, dict(spec or {}, role=role))
     return out
+
+
+def spec_defaults(options):
+    """{option name: its documented default} of spec_options() (an option with none, as a required one, is left
+    out)."""
+    return dict((name, spec["default"]) for name, spec in options.items() if "default" in spec)
 
 
 def known_names(options, extra=()):

@@ -18,6 +18,10 @@ description:
     or changed.
   - Types by Ansible's rules against the roles' C(meta/argument_specs.yml), with no silent coercion (C("two") is not
     a number, a tensor split given as a string is not a list, a boolean only by Ansible's C(boolean()) words).
+  - Of the collection it reads the roles' C(meta/argument_specs.yml) alone - each option and its documented default
+    (a templated one as its template, written C(!unsafe) there so that role argument validation leaves it alone, and
+    templated by this step in the play's scope where the host does not set the option) - never a role's defaults file
+    or a task file; the results the roles publish are the logic's C(PUBLISHED) list.
   - Every value is typed element by element - a list's elements, a list of entries' fields (C(options), the
     C(required) ones, no key the spec does not name), C(choices) - and each refusal names the element or field
     (C(gguf_fetch_manifest[1].sha256)). Numbers are finite and, where the domain is known (context, batches,

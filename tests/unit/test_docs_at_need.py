@@ -5,6 +5,8 @@ import re
 
 import yaml
 
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NEW_HOST = ["llama_server_backend", "llama_cpp_build_backend", "llama_server_devices", "gguf_fetch_manifest",
             "llama_server_service_name", "llama_server_port", "llama_server_bind_address", "runtime_retire_runtimes"]
@@ -37,7 +39,7 @@ def test_the_serve_readme_starts_with_the_new_host_list():
 
 
 def test_the_main_entry_point_starts_with_the_new_host_list():
-    main = yaml.safe_load(_read("roles", "llama_server", "meta", "argument_specs.yml"))["argument_specs"]["main"]
+    main = role_yaml.load(_read("roles", "llama_server", "meta", "argument_specs.yml"))["argument_specs"]["main"]
     first = main["description"][0]
     assert first.startswith("A new host needs only")
     missing = [name for name in NEW_HOST if not re.search(r"C\(%s\)" % name, first)]

@@ -12,6 +12,7 @@ import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import COLLECTIONS
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 BIN = os.path.dirname(sys.executable)
@@ -20,7 +21,7 @@ ROLE = 'dankfleet.llm.dankfleet'
 
 def _load(path):
     with open(os.path.join(REPO, path)) as handle:
-        return yaml.safe_load(handle)
+        return role_yaml.load(handle)
 
 
 DEFAULTS = _load('roles/dankfleet/defaults/main.yml')

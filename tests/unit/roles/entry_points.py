@@ -11,6 +11,8 @@ import sys
 
 import yaml
 
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 BIN = os.path.dirname(sys.executable)
 
@@ -22,7 +24,7 @@ def validate_task(role):
 
 def specs(role):
     with open(os.path.join(REPO, 'roles', role, 'meta', 'argument_specs.yml')) as handle:
-        return yaml.safe_load(handle)['argument_specs']
+        return role_yaml.load(handle)['argument_specs']
 
 
 def run_entry(tmp_path, role, entry, extra):

@@ -10,8 +10,8 @@ molecule, the lab) names an entry point, so a new role or a new `tasks_from` is 
 - every option of every entry point has a type and a description, a list its elements, the role's
   prefix, and is a default of the role (or required); the entry point covers the defaults named for it
   (<role>_<entry>_*);
-- a literal default is in the spec with the same value (a templated one is derived at run time), and a
-  default with choices is one of them;
+- every default is in the spec with the same value (a templated one as its template: the settle step reads the
+  specs, never a role's defaults), and a literal default with choices is one of them;
 - every entry point has its tasks file, and every tasks file used as an entry point has a spec entry.
 """
 from __future__ import (absolute_import, division, print_function)
@@ -23,6 +23,8 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 ROLES_DIR = os.path.join(REPO, 'roles')
 ROLES = sorted(d for d in os.listdir(ROLES_DIR) if os.path.isdir(os.path.join(ROLES_DIR, d, 'tasks')))
@@ -30,8 +32,9 @@ ROLE_TASKS = ('include_role', 'import_role', 'ansible.builtin.include_role', 'an
 COLLECTION = 'dankfleet.llm.'
 
 
-class _AnyTagLoader(getattr(yaml, 'CSafeLoader', yaml.SafeLoader)):
-    """Safe loading that reads a tagged value (!unsafe, !vault ...) as None: no check here needs one."""
+class _AnyTagLoader(role_yaml.Loader):
+    """Safe loading that reads !unsafe as its value (a templated spec default) and any other tagged value
+    (!vault ...) as None: no check here needs one."""
 
 
 _AnyTagLoader.add_multi_constructor('!', lambda loader, suffix, node: None)
@@ -144,17 +147,20 @@ def test_every_option_is_typed_described_prefixed_and_a_default(role):
 
 
 @pytest.mark.parametrize('role', ROLES)
-def test_literal_defaults_agree_with_the_spec(role):
+def test_defaults_agree_with_the_spec(role):
     role_defaults = defaults(role)
     for entry, spec in specs(role).items():
         for name, option in (spec.get('options') or {}).items():
             if name not in role_defaults:
                 continue
             value, where = role_defaults[name], '%s: %s' % (entry, name)
-            if 'default' in option:
-                assert option['default'] == value, where
-            elif not option.get('required'):
-                assert templated(value), (where, 'a literal default belongs in the spec')
+            # the settle step reads the specs, never a role's defaults: every default is there, a templated one as
+            # its template
+            if option.get('required'):
+                assert 'default' not in option, (where, 'a required option has no default')
+                continue
+            assert 'default' in option, (where, 'the default belongs in the spec (a templated one as its template)')
+            assert option['default'] == value, where
             if 'choices' in option and not templated(value):
                 values = value if option['type'] == 'list' else [value]
                 assert all(v in option['choices'] for v in values), where

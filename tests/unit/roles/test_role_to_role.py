@@ -18,6 +18,8 @@ import re
 
 import yaml
 
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 ROLES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, 'roles', '*')) if os.path.isdir(p))
 SHARED = {'dankfleet'}
@@ -69,7 +71,7 @@ def reads_of_text(text, is_yaml):
         for m in EXPR.finditer(text):
             out |= names(m.group(1) or m.group(2))
         return out
-    for key, value in _strings(yaml.safe_load(text)):
+    for key, value in _strings(role_yaml.load(text)):
         if key in BARE and '{{' not in value:
             out |= names(value)
         for m in EXPR.finditer(value):
@@ -101,7 +103,7 @@ def published(role):
     sets = set()
     for path in glob.glob(os.path.join(REPO, 'roles', role, 'tasks', '*.yml')):
         with open(path) as handle:
-            for task in _tasks(yaml.safe_load(handle)):
+            for task in _tasks(role_yaml.load(handle)):
                 facts = task.get('ansible.builtin.set_fact') or task.get('set_fact')
                 if isinstance(facts, dict):
                     sets |= set(k for k in facts if k != 'cacheable')
@@ -174,3 +176,43 @@ def test_architecture_draws_the_role_to_role_reads():
     block = [line.rstrip() for line in block if not line.startswith('```')]
     expect = drawn(cross_reads())
     assert block == expect, 'replace the block in docs/ARCHITECTURE.md with:\n' + '\n'.join(expect)
+
+
+def _spec_options():
+    out = set()
+    for path in glob.glob(os.path.join(REPO, 'roles', '*', 'meta', 'argument_specs.yml')):
+        with open(path) as handle:
+            for entry in ((role_yaml.load(handle) or {}).get('argument_specs') or {}).values():
+                out |= set((entry or {}).get('options') or {})
+    return out
+
+
+def _playbook_sets():
+    """The names the playbooks set: play, task and role vars, set_fact, register."""
+    out = set()
+    for path in glob.glob(os.path.join(REPO, 'playbooks', '**', '*.yml'), recursive=True):
+        with open(path) as handle:
+            stack = [yaml.safe_load(handle)]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, list):
+                stack.extend(node)
+            elif isinstance(node, dict):
+                for key in ('vars', 'ansible.builtin.set_fact', 'set_fact'):
+                    if isinstance(node.get(key), dict):
+                        out |= set(node[key])
+                if isinstance(node.get('register'), str):
+                    out.add(node['register'])
+                stack.extend(node.values())
+    return out
+
+
+def test_the_settle_step_knows_what_the_roles_publish():
+    """The settle step reads no task file: its PUBLISHED (known names an inventory does not set) is what the roles'
+    tasks publish under a governed prefix and the play variables the playbooks pass, that no spec documents as an
+    option. A new result (or a play variable) fails here until settle.PUBLISHED names it."""
+    from ansible_collections.dankfleet.llm.plugins.module_utils import settle
+    options = _spec_options()
+    sets = set(n for role in ROLES for n in published(role)) | _playbook_sets()
+    found = set(n for n in sets if settle.governed(n) and n not in options and n not in settle.DANKFLEET_NAMES)
+    assert found == set(settle.PUBLISHED)

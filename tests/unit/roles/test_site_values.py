@@ -16,6 +16,8 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 PRODUCTION = os.path.join(REPO, 'inventory', 'production')
 SAMPLE = os.path.join(REPO, 'inventory', 'sample')
@@ -25,8 +27,9 @@ SITE_KEYS = ('ansible_user', 'ansible_host', 'llama_server_user', 'llama_server_
              'llama_server_service_name', 'llama_cpp_build_user', 'gguf_fetch_owner')
 
 
-class _AnyTagLoader(getattr(yaml, 'CSafeLoader', yaml.SafeLoader)):
-    """Safe loading that reads a tagged value (!unsafe, !vault ...) as None."""
+class _AnyTagLoader(role_yaml.Loader):
+    """Safe loading that reads !unsafe as its value (a templated spec default) and any other tagged value
+    (!vault ...) as None: no check here needs one."""
 
 
 _AnyTagLoader.add_multi_constructor('!', lambda loader, suffix, node: None)

@@ -13,10 +13,10 @@ import os
 import re
 
 import pytest
-import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan, serve_guard
 from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 
 ROLE = os.path.join(os.path.dirname(rules.__file__), "..", "..", "roles", "llama_server")
 LAUNCHER = os.path.join(ROLE, "templates", "serve-llama-server.sh.j2")
@@ -24,7 +24,7 @@ LAUNCHER = os.path.join(ROLE, "templates", "serve-llama-server.sh.j2")
 
 def _yaml(*parts):
     with open(os.path.join(ROLE, *parts)) as handle:
-        return yaml.safe_load(handle)
+        return role_yaml.load(handle)
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import glob
 import os
 
 import pytest
-import yaml
 
 from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 
@@ -20,7 +20,7 @@ def _specs():
     out = {}
     for path in glob.glob(os.path.join(REPO, 'roles', '*', 'meta', 'argument_specs.yml')):
         with open(path) as handle:
-            out[path.split(os.sep)[-3]] = yaml.safe_load(handle)['argument_specs']
+            out[path.split(os.sep)[-3]] = role_yaml.load(handle)['argument_specs']
     return out
 
 

@@ -18,6 +18,7 @@ from jinja2.nativetypes import NativeEnvironment
 from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
 from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 PRODUCTION = os.path.join(REPO, 'inventory', 'production')
@@ -27,7 +28,7 @@ def _specs():
     out = {}
     for path in glob.glob(os.path.join(REPO, 'roles', '*', 'meta', 'argument_specs.yml')):
         with open(path) as handle:
-            out[path.split(os.sep)[-3]] = yaml.safe_load(handle)['argument_specs']
+            out[path.split(os.sep)[-3]] = role_yaml.load(handle)['argument_specs']
     return out
 
 

@@ -8,7 +8,8 @@ import glob
 import os
 
 import pytest
-import yaml
+
+from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 COMMON = os.path.join(REPO, 'roles', '_common')
@@ -16,7 +17,7 @@ COMMON = os.path.join(REPO, 'roles', '_common')
 
 def _load(path):
     with open(path) as handle:
-        return yaml.safe_load(handle) or {}
+        return role_yaml.load(handle) or {}
 
 
 SPECS = _load(os.path.join(COMMON, 'meta', 'argument_specs.yml'))['argument_specs']
