@@ -25,7 +25,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
 
 import import_paths  # noqa: F401 - run as a script: tests/lab (gen_models) and the collection on sys.path
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import read_gguf
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def ensure_model(name, out_dir):
 def dump_header(path):
     """The header of the GGUF at path as plain data (see the module docstring).
 
-    Read by the collection's own reader (module_utils/gguf_reader, the planner's): a 248320-token vocabulary
+    Read by the collection's own reader (module_utils/plan/gguf_reader, the planner's): a 248320-token vocabulary
     takes it a quarter of a second where gguf-py's GGUFReader takes six. The recorded headers were dumped by
     gguf-py; the tests that rebuild them compare this reader's dump with those recordings.
     """

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import ATTEMPTS_PER_TRY
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import ATTEMPTS_PER_TRY
 
 DRIP_MS = (300, 2000)
 RESET_EVERY = (16 * 1024 + 1, 60_000, 250_000)

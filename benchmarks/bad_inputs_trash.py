@@ -30,7 +30,7 @@ import subprocess
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
 
 MODULE = "dankfleet.llm.trash_files"
 NOBODY = 65534

@@ -22,7 +22,7 @@ import struct
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGML_TYPES
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGML_TYPES
 
 UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64 = 4, 5, 6, 7, 8, 9, 10
 _FMT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -421,7 +421,7 @@ def cases(tmp, Case):
     expr = "msg={{ g | dankfleet.llm.fit_plan(model=m, serve=s) }}"
 
     def plan_vars(name, model_path, **serve):
-        from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+        from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
         path = os.path.join(d, "plan-%s.json" % name)
         with open(path, "w") as fh:
             json.dump({"g": gpus, "m": gguf_facts(model_path), "s": dict({"backend": "hip", "ctx_size": 4096},

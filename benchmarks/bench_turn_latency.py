@@ -18,9 +18,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_report import write_report
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_turns import run_turns
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_report import write_report
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_turns import run_turns
 
 REPO = Path(__file__).resolve().parents[1]
 

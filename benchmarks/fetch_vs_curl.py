@@ -30,7 +30,7 @@ import tempfile
 import time
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import fetch, human
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import fetch, human
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -50,8 +50,8 @@ from pathlib import Path
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
 import accuracy_models
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -14,7 +14,7 @@ import os
 import sys
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
 from ansible_collections.dankfleet.llm.tests.fixtures.runbook_points import POINTS, R9700_VRAM
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -311,7 +311,7 @@ def first_request(port, cfg):
 def image_requests(port, cfg, smi):
     """A 64x32 image, then the largest square one the projector's limit admits (capped to one slot), each
     followed by an nvidia-smi sample: what the projector's device holds after the first image and at its peak."""
-    from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+    from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
     slot = cfg["ctx"] // max(1, cfg["parallel"])
     plan = ev.image_plan({"MMPROJ_PATH": cfg["mmproj"], "IMAGE_MAX_TOKENS": str(cfg.get("image_max_tokens") or 0)},
                          slot)

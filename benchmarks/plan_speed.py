@@ -20,7 +20,7 @@ import sys
 import time
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -38,8 +38,8 @@ import time
 from datetime import datetime
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
-from ansible_collections.dankfleet.llm.plugins.module_utils import staged_shape
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import staged_shape
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
 
 REPO = import_paths.REPO
 # The switch's parts, in the order they run. Everything up to the staged-record check (or the retire, on a path with

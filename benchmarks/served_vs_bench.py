@@ -36,7 +36,7 @@ from pathlib import Path
 
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
 from measure_llamacpp_buffers import post_json, prompt_tokens, stop_server, wait_health
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import read_env_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.llama_env import read_env_file
 
 
 def read_env(path):

@@ -31,8 +31,8 @@ from pathlib import Path
 import import_paths  # noqa: F401 - run as a script: the collection on sys.path
 from measure_llamacpp_buffers import nvidia_smi, stop_server
 from served_vs_bench import read_env
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, Endpoint
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_spec import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_spec import (
     build_prompts, compare_greedy, run_configuration)
 
 HERE = Path(__file__).resolve().parent

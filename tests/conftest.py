@@ -1,6 +1,6 @@
 """Every test session (unit, integration) ends by checking the one import path: no file of this repo was
 imported under two module names (e.g. `fit_plan` and `ansible_collections.dankfleet.llm.plugins.
-module_utils.fit_plan` - two copies of one module, each with its own state and its own exceptions).
+module_utils.plan.fit_plan` - two copies of one module, each with its own state and its own exceptions).
 
 `ansible-test units` runs pytest with its own config file, not pytest.ini, and its own collection loader
 (ansible_collections.* from the copy it tests): pytest.ini's pythonpath (the lab tools, the benchmarks) is

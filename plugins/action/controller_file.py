@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.controller_file import ControllerFileError, write_text
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.controller_file import ControllerFileError, write_text
 
 
 class ActionModule(ActionBase):

@@ -17,9 +17,9 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.job_progress import (
     ARGUMENT_SPEC, MSG_MAX, ProgressError, check_timing)
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader import printable
 
 display = Display()
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """dankfleet.llm.render_files: render a set of templates on the controller, then make the directories given and
 compare, validate and write the files on the host in one module run (none when ``known`` shows them all current).
-The documentation is in plugins/modules/render_files.py, the host side in plugins/module_utils/render_files.py."""
+The documentation is in plugins/modules/render_files.py, the host side in plugins/module_utils/host/render_files.py."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -16,9 +16,9 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import HostStateError, is_current
-from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import ARGUMENT_SPEC, RenderError, check_specs
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import printable
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.host_state import HostStateError, is_current
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.render_files import ARGUMENT_SPEC, RenderError, check_specs
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader import printable
 
 try:  # ansible-core 2.19: the variables ansible.builtin.template adds (template_path, template_host, ...)
     from ansible._internal._templating import _template_vars

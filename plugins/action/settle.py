@@ -2,7 +2,7 @@
 # Copyright (c) dankfleet engineers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """dankfleet.llm.settle: check every inventory value of a host at once, on the controller, and return the serve
-role's inputs. The documentation is in plugins/modules/settle.py, the logic in plugins/module_utils/settle.py."""
+role's inputs. The documentation is in plugins/modules/settle.py, the logic in plugins/module_utils/plan/settle.py."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -20,8 +20,8 @@ except ImportError:  # pragma: no cover - an older core templates every plain st
     def trust_as_template(value):
         return str(value)  # a plain copy: the !unsafe marking is the str subclass, which str() drops
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import settle as settle_utils
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import serve_shape
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import settle as settle_utils
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.plan_result import serve_shape
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 _CACHE = {}

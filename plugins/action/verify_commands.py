@@ -2,14 +2,14 @@
 # Copyright (c) dankfleet engineers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """dankfleet.llm.verify_commands: the operator's battery, run on the controller (no connection, no module);
-the documentation is in plugins/modules/verify_commands.py, the logic in module_utils/verify_commands.py."""
+the documentation is in plugins/modules/verify_commands.py, the logic in module_utils/serve/verify_commands.py."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import verify_commands as vc
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import verify_commands as vc
 
 
 class ActionModule(ActionBase):

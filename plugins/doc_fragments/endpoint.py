@@ -7,7 +7,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """The llama-server endpoint a module talks to (module_utils/bench_endpoint.Endpoint)."""
+    """The llama-server endpoint a module talks to (module_utils/base/endpoint_client.Endpoint)."""
 
     DOCUMENTATION = r'''
 options:

@@ -35,7 +35,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.fetch_manifest import manifest_entries
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.fetch_manifest import manifest_entries
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

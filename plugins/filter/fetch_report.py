@@ -32,7 +32,7 @@ _value:
   type: str
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.fetch_manifest import report_line
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.fetch_manifest import report_line
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

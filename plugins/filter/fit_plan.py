@@ -22,7 +22,7 @@ description:
   - A drafter's context is sized from the B(target's) context (C(common/speculative.cpp)), so a drafter
     without a sliding window caches the whole window; C(draft-mtp) puts the nextn layer's weights, KV and
     draft buffers on the card holding the last layers.
-  - Compute buffers come from per-backend constants kept in C(PROFILES) in C(plugins/module_utils/fit_plan.py), each
+  - Compute buffers come from per-backend constants kept in C(PROFILES) in C(plugins/module_utils/plan/fit_plan.py), each
     with its source and measured accuracy (C(PROFILE_ACCURACY), printed on the capacity table's first line) -
     C(hip) fitted to 38 rocm-smi loads of 2x R9700 (worst 0.62 GiB per card), C(cuda) measured on an NVIDIA H200
     against nvidia-smi (within max(1 %, 64 MiB) per card, up to 139 GiB), C(cpu) measured against 101 llama.cpp
@@ -313,15 +313,15 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 try:
-    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
-    from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import inventory_names
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import FitPlanError, plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.plan_result import inventory_names
 except ImportError:  # pragma: no cover - only when the collection is not on the path
     FitPlanError = plan = inventory_names = None
 
 
 def fit_plan(gpus, model=None, serve=None, drafter=None, mmproj=None, host_ram_bytes=None, names="serve"):
     if plan is None:
-        raise AnsibleFilterError("dankfleet.llm.fit_plan: plugins/module_utils/fit_plan.py could not be imported")
+        raise AnsibleFilterError("dankfleet.llm.fit_plan: plugins/module_utils/plan/fit_plan.py could not be imported")
     if model is None:
         raise AnsibleFilterError("dankfleet.llm.fit_plan: model= is missing (the result of dankfleet.llm.gguf_info)")
     if serve is None:

@@ -12,7 +12,7 @@ description:
     onto the planner's C(serve) dict - a split of V([]) becomes C(auto), a context of V(0) becomes C(max), a
     cache-ram of C(auto) stays C(auto), an n_cpu_moe of C(auto) stays C(auto), so the planner chooses exactly what the
     inventory left open.
-  - The logic lives in C(plugins/module_utils/plan_result.py).
+  - The logic lives in C(plugins/module_utils/plan/plan_result.py).
 options:
   _input:
     description: The settled serve settings (C(backend), C(split_mode), C(tensor_split), C(ctx_size), C(cache_ram),
@@ -47,7 +47,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import fit_serve as _fit_serve
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.plan_result import fit_serve as _fit_serve
 
 
 def fit_serve(serve, floor_bytes=0, lean_layers=0):

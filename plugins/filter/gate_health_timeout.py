@@ -10,7 +10,7 @@ version_added: 0.1.0
 description:
   - O(override) when above 0, else O(base) plus the payload (model, the drafter of a model-backed spec type, the
     mmproj with vision) read at O(mib_per_s) MiB/s, rounded up.
-  - The one formula of the gate (C(module_utils/llama_server_gate.py)); the C(dankfleet.llm.llama_server_gate) module
+  - The one formula of the gate (C(module_utils/serve/llama_server_gate.py)); the C(dankfleet.llm.llama_server_gate) module
     applies it to the live env file's payload, this filter to a payload a play is about to deploy (a dry run's report).
 options:
   _input:
@@ -45,7 +45,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import GateError, health_timeout
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve.llama_server_gate import GateError, health_timeout
 
 
 def gate_health_timeout(payload_bytes, override=0, base=60, mib_per_s=200.0):

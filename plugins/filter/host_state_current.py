@@ -59,7 +59,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import HostStateError, is_current
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.host_state import HostStateError, is_current
 
 
 def host_state_current(entry, state='file', content=None, checksum=None, mode=None, owner=None, group=None, src=None):

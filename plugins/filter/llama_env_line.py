@@ -9,10 +9,10 @@ short_description: One variable of the llama_server env file - its reasons as co
 version_added: 0.1.0
 description:
   - >-
-    The ONE writer of the env file's lines (C(plugins/module_utils/shape.py)): the reason and the operator's comment
+    The ONE writer of the env file's lines (C(plugins/module_utils/plan/shape.py)): the reason and the operator's comment
     for the name as comment lines (wrapped at 94 columns), then C(NAME=VALUE) with the value quoted so that systemd's
     C(EnvironmentFile=) and bash both read it back unchanged - bare when it can be, else single-quoted, else
-    double-quoted with C(\\ " ` $) escaped. C(dankfleet.llm)'s env reader (C(plugins/module_utils/llama_env.py))
+    double-quoted with C(\\ " ` $) escaped. C(dankfleet.llm)'s env reader (C(plugins/module_utils/base/llama_env.py))
     gives every value back as written; a unit test proves the round trip over generated text.
   - >-
     A value with a control character (a newline would add a line of its own) fails the task naming the variable.
@@ -55,7 +55,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import env_line, onoff
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.shape import env_line, onoff
 
 
 def llama_env_line(name, value, reasons=None, comments=None, switch=''):

@@ -40,7 +40,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import missing_inputs as _missing
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.host_state import missing_inputs as _missing
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

@@ -10,7 +10,7 @@ version_added: 0.1.0
 description:
   - >-
     C({target|drafter|mmproj: path}), C(<dest_dir>/<file>) or C(<models_dir>/<name>/<file>) per manifest entry -
-    the one payload layout (C(plugins/module_utils/shape.py)) the C(gguf_fetch) role, the settle step and the plan
+    the one payload layout (C(plugins/module_utils/plan/shape.py)) the C(gguf_fetch) role, the settle step and the plan
     use; a C(dest_dir) ending in C(/) gives one C(/).
   - >-
     For a role no entry declares, the path C(fallback) gives (the settle step's C(payload_paths)).
@@ -41,7 +41,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import payload_paths as _paths
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.shape import payload_paths as _paths
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

@@ -38,7 +38,7 @@ _value:
   elements: str
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_fleet import fleet_summary
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.plan_fleet import fleet_summary
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

@@ -48,7 +48,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import plan_headers as _headers
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.plan_result import plan_headers as _headers
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

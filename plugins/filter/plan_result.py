@@ -14,7 +14,7 @@ description:
     each came from (C(pinned) by the inventory, C(planned) by the planner), the fit, and the capacity table.
   - The fit's errors and warnings name the inventory variables the operator edits (C(llama_server_ctx_size),
     C(dankfleet_plan_floor_bytes)) instead of the planner's C(serve.*) fields.
-  - The logic lives in C(plugins/module_utils/plan_result.py).
+  - The logic lives in C(plugins/module_utils/plan/plan_result.py).
 options:
   _input:
     description: The result of P(dankfleet.llm.fit_plan#filter).
@@ -91,7 +91,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import plan_result as _plan_result
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.plan_result import plan_result as _plan_result
 
 
 def plan_result(fit, serve=None, host="this host", reads="host"):

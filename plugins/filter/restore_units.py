@@ -42,7 +42,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.systemd_units import restore_units as _restore_units
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.systemd_units import restore_units as _restore_units
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

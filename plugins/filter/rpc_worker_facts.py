@@ -36,7 +36,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.rpc_fleet import worker_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve.rpc_fleet import worker_facts
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

@@ -33,7 +33,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.systemd_units import runtime_units as _runtime_units
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.systemd_units import runtime_units as _runtime_units
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

@@ -11,7 +11,7 @@ description:
   - >-
     C({tensor_split, ctx_size, cache_ram, n_cpu_moe}), each C(pinned) (the inventory set it) or C(planned) (it is
     left open - a split of C([]), a context of C(0), a cache-ram or n_cpu_moe of C(auto) - for the planner): the one
-    rule of C(plugins/module_utils/shape.py).
+    rule of C(plugins/module_utils/plan/shape.py).
 options:
   _input:
     description: The settled serve settings (C(llm_plan_serve), C(dankfleet_settled.serve)).
@@ -31,7 +31,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import origin
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.shape import origin
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

@@ -19,7 +19,7 @@ description:
   - Returns one message per offending entry, naming it and the role variable to set instead; an empty list
     when there is none. Flags that place weights or KV where the planner does not size them (C(-ot),
     C(--main-gpu), C(--rpc), C(--cpu-moe), C(--no-kv-offload) ...) are named too.
-  - The logic lives in C(plugins/module_utils/serve_guard.py).
+  - The logic lives in C(plugins/module_utils/plan/serve_guard.py).
 positional: _input
 options:
   _input:
@@ -55,14 +55,14 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.collections import is_sequence
 
 try:
-    from ansible_collections.dankfleet.llm.plugins.module_utils.serve_guard import shadowed
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.serve_guard import shadowed
 except ImportError:  # pragma: no cover - only when the collection is not on the path
     shadowed = None
 
 
 def serve_shadowed(extra_args, extra_env=None):
     if shadowed is None:
-        raise AnsibleFilterError("dankfleet.llm.serve_shadowed: plugins/module_utils/serve_guard.py could not be imported")
+        raise AnsibleFilterError("dankfleet.llm.serve_shadowed: plugins/module_utils/plan/serve_guard.py could not be imported")
     if extra_args is None:
         extra_args = []
     if not is_sequence(extra_args):

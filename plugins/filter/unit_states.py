@@ -41,7 +41,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.systemd_units import unit_states as _unit_states
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.systemd_units import unit_states as _unit_states
 from ansible_collections.dankfleet.llm.plugins.plugin_utils.list_filter import call
 
 

@@ -115,8 +115,8 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_report import build_document, summary_lines, write_report
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import BenchError
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_report import build_document, summary_lines, write_report
 
 
 def main():

@@ -15,7 +15,7 @@ description:
   - POSTs one C(/v1/chat/completions) request (O(model), one user message O(prompt), O(max_tokens), temperature 0)
     and returns the answer; fails naming the HTTP status and the body when the endpoint does not answer 200.
   - The deploy's report asks it for the completion it shows. It uses the collection's own endpoint client
-    (C(module_utils/http_client.py), no proxy from the environment) instead of C(ansible.builtin.uri), whose TLS stack costs
+    (C(module_utils/base/http_client.py), no proxy from the environment) instead of C(ansible.builtin.uri), whose TLS stack costs
     ~0.5 s per call on a plain-http endpoint on the host itself.
   - In check mode it sends nothing and reports what it would ask.
 extends_documentation_fragment:
@@ -88,9 +88,9 @@ completion_tokens:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import (
     ENDPOINT_ARGUMENT_SPEC, Endpoint, endpoint_problem)
-from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import redact, url_credentials
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.http_client import redact, url_credentials
 
 
 def main():

@@ -15,7 +15,7 @@ description:
   - The verify stage of the C(dankfleet.llm.llama_server) role, run on the target after a passing gate. Like the gate, it
     reads what the shape configures from the live env file O(env_file) (URL, API key, alias, C(PARALLEL), C(CTX_SIZE),
     C(VISION), C(SPEC_TYPE), C(EXTRA_ARGS)) and talks to the endpoint over the collection's client
-    (C(module_utils/bench_endpoint.py)).
+    (C(module_utils/base/endpoint_client.py)).
   - "The checks, each named and skipped with the reason when the shape does not configure its feature:
     C(stream) - an SSE answer yields chunks and C(data: [DONE]);
     C(tools) - one tool definition, 200 and a well-formed message (tool calls naming the tool with JSON-object
@@ -63,7 +63,7 @@ description:
     C(REASONING_BUDGET). Only what the env file sets is compared; a difference is a finding naming the env name and
     the inventory variable. b11434 logs those journal lines at trace (C(LOG_VERBOSITY=4)): below it each is reported
     C(not logged at verbosity N), neither passed nor failed."
-  - Every answer is read through the shape b11434 gives it (C(module_utils/llama_server_answers.py)) before a check
+  - Every answer is read through the shape b11434 gives it (C(module_utils/base/llama_server_answers.py)) before a check
     uses it; one of another shape (a missing C(choices[0].message), a count that is not an integer, JSON nested too
     deep) fails that check with the request and the path inside the answer named. Server text in a finding has its
     control characters escaped.
@@ -280,9 +280,9 @@ textfile:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import SECRET_KEYS, LlamaEnvError, read_env_file
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_actual import write_textfile
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.llama_env import SECRET_KEYS, LlamaEnvError, read_env_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve.plan_actual import write_textfile
 
 ARGUMENT_SPEC = dict(
     env_file=dict(type='path', required=True),

@@ -375,9 +375,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, Fetcher, fetch
-from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import url_credentials
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, open_dir
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import FetchError, Fetcher, fetch
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.http_client import url_credentials
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.regular_file import FileRefused, open_dir
 
 
 def ensure_directories(module, directories):

@@ -413,10 +413,10 @@ tensors:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts, gguf_files
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_remote import gguf_url_facts, gguf_url_files
-from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import redact, url_credentials
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts, gguf_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_remote import gguf_url_facts, gguf_url_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.http_client import redact, url_credentials
 
 
 def main():

@@ -309,11 +309,11 @@ gguf_files:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_files
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import read_text
-from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.regular_file import read_text
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gpu_facts import (
     GpuFactsError, LSPCI_ARGS, NVIDIA_SMI_ARGS, ROCM_SMI_ARGS, collect, load_facts)
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader import ShapeError, printable
 
 
 def _read_file(module, option):

@@ -185,7 +185,7 @@ commands:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.host_state import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.host_state import (
     HostStateError, command_state, group_state, parse_ports, parse_unit, path_state, unit_command, unit_spec,
     user_state)
 

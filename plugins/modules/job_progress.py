@@ -141,7 +141,7 @@ eta_s:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.job_progress import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.job_progress import (
     ARGUMENT_SPEC, ProgressError, check_timing, progress)
 
 

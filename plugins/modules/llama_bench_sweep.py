@@ -185,8 +185,8 @@ commands:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_batch import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import BenchError
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_batch import (
     cell_argv, cells, memlock_warnings, run_cell, validate)
 
 

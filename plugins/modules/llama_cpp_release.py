@@ -488,7 +488,7 @@ import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import llama_cpp_release as lcr
 
 SOURCE_OPTIONS = dict(
     type=dict(type='str', required=True, choices=['git', 'archive']),

@@ -23,7 +23,7 @@ description:
     after a generation on a prompt a drafter can match, C(llamacpp:spec_decode_num_drafts_total) on C(/metrics) is
     a finite number above 0 (a C(NaN) or C(+Inf) counter fails the step, as does a completion token count that
     is not a finite integer); 5 - the same process served every step (C(NRestarts) and C(MainPID) unchanged, still active)."
-  - Every answer is read through the shape b11434 gives it (C(module_utils/llama_server_answers.py)), C(/metrics) by the
+  - Every answer is read through the shape b11434 gives it (C(module_utils/base/llama_server_answers.py)), C(/metrics) by the
     exposition format's grammar; one of another shape (a chat answer without C(choices[0].message), a C(/props) whose
     C(modalities) is not an object, a C(1_0) sample) fails its step with the request and the path named.
   - The first failing step of 1-4 ends the HTTP checks; step 5 is still read, so a finding also says when the service
@@ -31,8 +31,8 @@ description:
   - A failing shape does not fail the module - it returns RV(passed) false with RV(findings), and the caller decides
     (the role fails with them and rolls back). The module fails only on input it cannot gate from (bad options, an
     unreadable env file, one without C(ALIAS), C(LISTEN_PORT) or C(MODEL_PATH)), naming the cause; nothing is checked then.
-  - Reads the env file with the collection's one env-file reader (C(module_utils/llama_env.py), systemd's
-    C(EnvironmentFile=) rules) and talks to the endpoint with C(module_utils/bench_endpoint.py). The API key is sent,
+  - Reads the env file with the collection's one env-file reader (C(module_utils/base/llama_env.py), systemd's
+    C(EnvironmentFile=) rules) and talks to the endpoint with C(module_utils/base/endpoint_client.py). The API key is sent,
     never returned.
 author:
   - dankfleet engineers (@dankfleet)
@@ -225,10 +225,10 @@ env_problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import endpoint_problem
-from ansible_collections.dankfleet.llm.plugins.module_utils.http_client import url_credentials
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import SECRET_KEYS, LlamaEnvError, read_env_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import endpoint_problem
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.http_client import url_credentials
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.llama_env import SECRET_KEYS, LlamaEnvError, read_env_file
 
 D = lg.DEFAULTS
 ARGUMENT_SPEC = dict(

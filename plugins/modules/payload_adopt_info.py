@@ -121,8 +121,8 @@ checklist:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.payload_adopt import checklist, propose
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.payload_adopt import checklist, propose
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader import ShapeError, printable
 
 
 def main():

@@ -249,8 +249,8 @@ textfile:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader import ShapeError, printable
 
 ARGUMENT_SPEC = dict(
     plan=dict(type='dict', default={}),

@@ -21,7 +21,7 @@ description:
   - O(directories) are made first, in the same run - a missing one (and each missing directory above it, like
     C(ansible.builtin.file)) with its O(directories[].mode), O(directories[].owner) and O(directories[].group), an
     existing one brought to them - so a role's files and the directories they go in are one task.
-  - Each file is written atomically by the collection's file layer (C(module_utils/regular_file.py)) - a new
+  - Each file is written atomically by the collection's file layer (C(module_utils/base/regular_file.py)) - a new
     C(O_EXCL) temporary beside it, fsynced, renamed over it; no link is followed in a directory another user can
     write - with O(files[].owner), O(files[].group) and O(files[].mode).
   - With O(known), a C(dankfleet.llm.host_state) result's C(paths) read earlier in the play, the files and
@@ -218,7 +218,7 @@ round_trips:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import ARGUMENT_SPEC, RenderError, converge
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.render_files import ARGUMENT_SPEC, RenderError, converge
 
 
 def main():

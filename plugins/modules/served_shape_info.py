@@ -82,7 +82,7 @@ shape:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.served_shape import ServedShapeError, read_served_shape
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.served_shape import ServedShapeError, read_served_shape
 
 
 def main():

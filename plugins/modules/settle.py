@@ -35,7 +35,7 @@ description:
     arguments or environment that shadow a planned flag, HIP's bare environment names, the speculative chain,
     vision without a projector, a host with no target model), so a plan that fits is a shape the serve preflight
     passes.
-  - The logic lives in C(plugins/module_utils/settle.py).
+  - The logic lives in C(plugins/module_utils/plan/settle.py).
 author:
   - dankfleet engineers (@dankfleet)
 options:
@@ -56,7 +56,7 @@ options:
       - The serve role's reading of a plan - the result the C(dankfleet.llm.llm_plan) role publishes (C(llm_plan);
         V({}) when no plan ran). Given, the step also refuses a plan with errors, one that does not fit, and one made
         for another split, context or cache-ram than the host's C(llama_server_*) values, and returns RV(shape).
-      - The logic lives in C(plugins/module_utils/plan_result.py).
+      - The logic lives in C(plugins/module_utils/plan/plan_result.py).
     type: dict
 extends_documentation_fragment:
   - dankfleet.llm.attributes

@@ -131,8 +131,8 @@ vram_source:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import ENDPOINT_ARGUMENT_SPEC, BenchError, Endpoint
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_spec import SHAPES, build_prompts, run_configuration
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import ENDPOINT_ARGUMENT_SPEC, BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_spec import SHAPES, build_prompts, run_configuration
 
 DEFAULT_SIZES = {'prose_words': 700, 'prose_n_predict': 512, 'echo_words': 1000, 'echo_n_predict': 400,
                  'structured_records': 25, 'structured_n_predict': 400}

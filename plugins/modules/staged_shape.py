@@ -124,9 +124,9 @@ differences:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import staged_shape as ss
-from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused
-from ansible_collections.dankfleet.llm.plugins.module_utils.typed_reader import ShapeError, printable
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import staged_shape as ss
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.regular_file import FileRefused
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader import ShapeError, printable
 
 
 def main():

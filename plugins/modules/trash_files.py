@@ -223,7 +223,7 @@ leftovers:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.trash_files import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.trash_files import (
     TrashError, moves_diff, restore, retire, shown, unit_paths)
 
 

@@ -111,8 +111,8 @@ slots:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import ENDPOINT_ARGUMENT_SPEC, BENCH_PROPS, BenchError, Endpoint
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_turns import run_turns, summarize_turns
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import ENDPOINT_ARGUMENT_SPEC, BENCH_PROPS, BenchError, Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_turns import run_turns, summarize_turns
 
 
 def main():

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import PART_SUFFIX, STAMP_SUFFIX, fetch
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import PART_SUFFIX, STAMP_SUFFIX, fetch
 import range_http_server
 
 SIZE = 1_500_001  # not a multiple of any chunk size, larger than several chunks

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report as br
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_spec as bs
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_turns as bt
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_batch as bb
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import endpoint_client as be
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_report as br
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_spec as bs
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_turns as bt
 from ansible_collections.dankfleet.llm.tests.integration.bench_servers import EXACT_ARGS, PNG_MAGIC, rpc_servers
 import bench_turn_latency
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
 
 CHATML = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
           "(message['content'] if message['content'] is string else '') + '<|im_end|>' + '\\n' }}{%- endfor %}"

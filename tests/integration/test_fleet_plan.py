@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import gpu_facts as gf
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import bad_inputs_values as biv
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import CAUSES, GGUFError, read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import CAUSES, GGUFError, read_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "bad_inputs"

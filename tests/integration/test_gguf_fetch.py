@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import PART_SUFFIX, STAMP_SUFFIX, FetchError
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import PART_SUFFIX, STAMP_SUFFIX, FetchError
 from ansible_collections.dankfleet.llm.tests.integration.fetch_server import (  # noqa: F401 - served* are fixtures
     SIZE, TOKEN, assert_verified_on_disk, listing, requests_since, run, served, served_token, url)
 

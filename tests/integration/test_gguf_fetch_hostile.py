@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import (
     ATTEMPTS_PER_TRY, PART_SUFFIX, FetchError, fetch)
 from ansible_collections.dankfleet.llm.tests.integration.fetch_server import (  # noqa: F401 - served is a fixture
     SIZE, listing, run, served, url)

@@ -9,8 +9,8 @@ import os
 import pytest
 
 import range_http_server
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import STAMP_SUFFIX, fetch
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import STAMP_SUFFIX, fetch
 
 PAYLOAD = bytes(range(256)) * 1024 + b"tail"
 

@@ -8,8 +8,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import endpoint_client as be
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 from ansible_collections.dankfleet.llm.tests.unit.http_testlib import Serving
 

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import read_gguf
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")

@@ -6,9 +6,13 @@ import os
 import re
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-MODULE_UTILS = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "plugins", "module_utils"))
-                      if n.endswith(".py") and not n.startswith("__"))
-BARE = re.compile(r"(?m)^\s*(?:import|from)\s+(%s)\b" % "|".join(MODULE_UTILS))
+# {name: its path below plugins/module_utils}: the group folders (base/, host/, plan/, serve/, bench/) walked
+MODULE_UTILS_PATHS = dict((n[:-3], os.path.join(top, n)) for top, _dirs, files
+                          in os.walk(os.path.join(REPO, "plugins", "module_utils"))
+                          for n in files if n.endswith(".py") and not n.startswith("__"))
+MODULE_UTILS = sorted(MODULE_UTILS_PATHS)
+GROUPS = sorted(set(os.path.basename(os.path.dirname(p)) for p in MODULE_UTILS_PATHS.values()) - {"module_utils"})
+BARE = re.compile(r"(?m)^\s*(?:import|from)\s+(%s)\b" % "|".join(MODULE_UTILS + GROUPS))
 # A role's files/*.py goes to the host alone: no package's module, so a test loads it by path - that only
 # (serve_roles_helpers.load_role_script); a file that loads by path must name a role's files/ directory.
 ROLE_FILES = re.compile(r"[\"']files[\"']|/files/")
@@ -34,7 +38,8 @@ def sources():
 
 
 def test_module_utils_are_discovered():
-    assert {"fit_plan", "gguf_reader", "gpu_facts"} <= set(MODULE_UTILS)
+    assert {"fit_plan", "gguf_reader", "gpu_facts", "typed_reader", "endpoint_client"} <= set(MODULE_UTILS)
+    assert {"base", "host", "plan", "serve", "bench"} <= set(GROUPS)
 
 
 def test_no_sys_path_and_no_loading_by_path():
@@ -54,7 +59,7 @@ def test_module_utils_import_each_other_by_their_one_name():
     # nothing runs them that way (benchmarks/import_paths.py puts collections/ on the path)
     found = {}
     for name in MODULE_UTILS:
-        with open(os.path.join(REPO, "plugins", "module_utils", name + ".py")) as handle:
+        with open(MODULE_UTILS_PATHS[name]) as handle:
             bare = BARE.findall(handle.read())
         if bare:
             found[name] = bare

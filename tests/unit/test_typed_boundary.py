@@ -9,10 +9,10 @@ REPO = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PARSERS = {("json", "loads"), ("json", "load"), ("json", "JSONDecoder")}
 ALLOWED = {
     # the reader itself
-    "plugins/module_utils/typed_reader.py": "the one parser: bounds depth, size, numbers; shapes read the result",
+    "plugins/module_utils/base/typed_reader.py": "the one parser: bounds depth, size, numbers; shapes read the result",
     # llama-bench prints complete objects among partial output: each decoded object goes through bound() and
     # ROW_SHAPE before it is a row
-    "plugins/module_utils/bench_batch.py": "raw_decode of llama-bench's partial output, each object read by ROW_SHAPE",
+    "plugins/module_utils/bench/bench_batch.py": "raw_decode of llama-bench's partial output, each object read by ROW_SHAPE",
 }
 
 
@@ -45,6 +45,6 @@ def test_no_plugin_parses_json_but_the_typed_reader():
 
 
 def test_the_check_sees_a_parser():
-    here = os.path.join(REPO, "plugins", "module_utils", "bench_batch.py")
+    here = os.path.join(REPO, "plugins", "module_utils", "bench", "bench_batch.py")
     assert list(_calls(here)), "the walk must find bench_batch's JSONDecoder, or it finds nothing anywhere"
     assert all(os.path.exists(os.path.join(REPO, rel)) for rel in ALLOWED)

@@ -56,7 +56,7 @@ def test_head_serves_over_every_worker_device_in_rpc_order(host):
     cmd = host.check_output("tr '\\0' ' ' < /proc/%s/cmdline" % pid)
     eps = _endpoints(host)
     assert "--rpc %s " % ",".join(eps) in cmd and "--device RPC0,RPC1 " in cmd and "--tensor-split " in cmd
-    from ansible_collections.dankfleet.llm.plugins.module_utils import rpc_fleet
+    from ansible_collections.dankfleet.llm.plugins.module_utils.serve import rpc_fleet
     assert rpc_fleet.missing_devices("\n".join(_log(host)), eps) == ""
 
 
@@ -66,7 +66,7 @@ def test_planner_per_device_buffers_within_the_rpc_bounds(host):
         pytest.skip("the head's check")
     import fit_accuracy
     import measure_llamacpp_buffers as mlb
-    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
     pid = host.check_output("systemctl show --property=MainPID --value llama-server.service")
     argv = host.check_output("tr '\\0' '\\n' < /proc/%s/cmdline" % pid).splitlines()
 

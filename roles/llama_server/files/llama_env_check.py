@@ -24,12 +24,12 @@ import os
 import re
 import sys
 
-# The parser is the collection's own module_utils/llama_env.py - ONE copy: the role installs it beside this
+# The parser is the collection's own module_utils/base/llama_env.py - ONE copy: the role installs it beside this
 # script on the host; run from the source tree (tests, tests/gpu/render_serve.yml) it is the repo's file.
 # Loaded by path under its own name: this script has no package and adds nothing to sys.path.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PARSER_PLACES = (os.path.join(_HERE, 'llama_env.py'),
-                  os.path.join(_HERE, os.pardir, os.pardir, os.pardir, 'plugins', 'module_utils', 'llama_env.py'))
+                  os.path.join(_HERE, os.pardir, os.pardir, os.pardir, 'plugins', 'module_utils', 'base', 'llama_env.py'))
 
 
 def _load_parser():
@@ -49,7 +49,7 @@ parse_value = llama_env.parse_value
 parse = llama_env.parse
 
 # llama.cpp b11434's rules (HIP_BARE, SPEC_TYPES, MODEL_BACKED, the SPLIT_MODE/FLASH_ATTN/REASONING choices) are a
-# stdlib copy of plugins/module_utils/llama_cpp_rules.py; tests/unit/plugins/module_utils/test_llama_cpp_rules.py
+# stdlib copy of plugins/module_utils/base/llama_cpp_rules.py; tests/unit/plugins/module_utils/test_llama_cpp_rules.py
 # fails when the two disagree.
 HIP_BARE = ('TEMP', 'HOST', 'GPU_MAX_HEAP_SIZE')
 REQUIRED = ('LLAMA_BIN', 'MODEL_PATH', 'ALIAS', 'BIND_ADDR', 'LISTEN_PORT', 'CTX_SIZE', 'PARALLEL')
@@ -102,7 +102,7 @@ def check(variables):
     def number(name):
         return int(v[name]) if INTEGER.match(v.get(name, '')) else None
 
-    # the serve shape's two rules (plugins/module_utils/shape.py: ctx_parallel_problem, split_devices_problem), a copy
+    # the serve shape's two rules (plugins/module_utils/plan/shape.py: ctx_parallel_problem, split_devices_problem), a copy
     # for the host; tests/unit/roles/llama_server/test_env_check_agrees_with_shape.py fails when the two disagree
     ctx, parallel = number('CTX_SIZE'), number('PARALLEL')
     if parallel is not None and parallel < 1:

@@ -8,8 +8,8 @@ import pytest
 
 import measure_llamacpp_buffers as measure
 import moe_models
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 
 GIB = 1024 ** 3

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 import gen_models
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
 
 GIB = 1 << 30
 LAB = Path(__file__).resolve().parents[3] / "inventory/lab/group_vars/llm_endpoints/lab.yml"

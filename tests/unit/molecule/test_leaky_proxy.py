@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
 from ansible_collections.dankfleet.llm.molecule.llama_server import leaky_llama_server as proxy
 from ansible_collections.dankfleet.llm.tests.unit import endpoint_stand_testlib as h
 from ansible_collections.dankfleet.llm.tests.unit.http_testlib import Serving

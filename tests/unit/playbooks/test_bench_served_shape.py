@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import parse
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.llama_env import parse
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import BIN, REPO, ansible_env
 from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import render
 

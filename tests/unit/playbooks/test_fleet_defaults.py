@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import settle as s
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import COLLECTIONS
 from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 

@@ -15,7 +15,7 @@ import pytest
 import range_http_server
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import BIN, REPO, ansible_env
 
 HOST_READS = ("Read the host's GPUs and PCIe topology", "Look for the payload and read its GGUF headers",

@@ -65,7 +65,7 @@ def render_expr(expr, variables, templated=None):
 def settled(variables):
     """The variables with the serve shape the preflight settles (__llama_server_settled.shape) made of their
     shape_<key> entries: the role's own values where no plan published one."""
-    from ansible_collections.dankfleet.llm.plugins.module_utils.shape import origin
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.shape import origin
     variables = dict(variables)
     mine = dict((key, variables.get('llama_server_' + key, default)) for key, default in (
         ('tensor_split', []), ('ctx_size', 0), ('cache_ram', 'auto'), ('n_cpu_moe', 0)))

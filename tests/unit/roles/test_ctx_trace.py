@@ -14,14 +14,15 @@ import re
 
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_env, plan_result, settle
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import llama_env
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import plan_result, settle
 from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import render
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 HOPS_MAX, NAMES_MAX = 6, 3
 # (the name it leaves, the name it arrives under, the file that moves it, the text there that does)
 TRACE = (
-    ('llama_server_ctx_size', 'ctx_size', 'plugins/module_utils/settle.py', 'name = "llama_server_" + key'),
+    ('llama_server_ctx_size', 'ctx_size', 'plugins/module_utils/plan/settle.py', 'name = "llama_server_" + key'),
     ('ctx_size', 'ctx_size', 'roles/llm_plan/defaults/main.yml', 'llm_plan_serve: "{{ dankfleet_settled.serve'),
     ('ctx_size', 'ctx_size', 'roles/llm_plan/tasks/plan.yml', 'dankfleet.llm.plan_result(serve=llm_plan_serve'),
     ('ctx_size', 'ctx_size', 'roles/llama_server/defaults/main.yml', 'llama_server_llm_plan: "{{ llm_plan'),

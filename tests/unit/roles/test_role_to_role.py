@@ -211,7 +211,7 @@ def test_the_settle_step_knows_what_the_roles_publish():
     """The settle step reads no task file: its PUBLISHED (known names an inventory does not set) is what the roles'
     tasks publish under a governed prefix and the play variables the playbooks pass, that no spec documents as an
     option. A new result (or a play variable) fails here until settle.PUBLISHED names it."""
-    from ansible_collections.dankfleet.llm.plugins.module_utils import settle
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan import settle
     options = _spec_options()
     sets = set(n for role in ROLES for n in published(role)) | _playbook_sets()
     found = set(n for n in sets if settle.governed(n) and n not in options and n not in settle.DANKFLEET_NAMES)

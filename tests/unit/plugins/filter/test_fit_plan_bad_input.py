@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dankfleet.llm.plugins.filter.fit_plan import FilterModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import FitPlanError, plan
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_env
 
 GIB = lib.GIB

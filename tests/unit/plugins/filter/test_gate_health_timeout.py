@@ -7,7 +7,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dankfleet.llm.plugins.filter.gate_health_timeout import FilterModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_server_gate import health_timeout
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve.llama_server_gate import health_timeout
 
 F = FilterModule().filters()['gate_health_timeout']
 MIB = 1048576

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.dankfleet.llm.plugins.filter.fetch_entries import fetch_entries
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import payload_path
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.shape import payload_path
 from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import render_expr, role_file
 
 # --- the YAML each filter replaced, verbatim ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from ansible_collections.dankfleet.llm.plugins.filter.plan_fleet_summary import 
 from ansible_collections.dankfleet.llm.plugins.filter.restore_units import restore_units
 from ansible_collections.dankfleet.llm.plugins.filter.runtime_units import runtime_units
 from ansible_collections.dankfleet.llm.plugins.filter.unit_states import unit_states
-from ansible_collections.dankfleet.llm.plugins.module_utils.systemd_units import quadlet_service
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.systemd_units import quadlet_service
 from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import plain, render_expr
 
 RUNNING = ['active', 'activating', 'reloading', 'deactivating', 'refreshing']

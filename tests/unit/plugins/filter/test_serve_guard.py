@@ -7,7 +7,7 @@ import pytest
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dankfleet.llm.plugins.filter.serve_shadowed import FilterModule
-from ansible_collections.dankfleet.llm.plugins.module_utils.serve_guard import FLAG_VARIABLE, shadowed
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.serve_guard import FLAG_VARIABLE, shadowed
 
 serve_shadowed = FilterModule().filters()["serve_shadowed"]
 LAUNCHER = os.path.join(lib.ROOT, "roles", "llama_server", "templates", "serve-llama-server.sh.j2")

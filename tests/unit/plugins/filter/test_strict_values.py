@@ -8,12 +8,12 @@ from hypothesis import given, settings, strategies as st
 from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE, boolean
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.plugins.filter.fit_plan import FilterModule
-from ansible_collections.dankfleet.llm.plugins.module_utils import strict_values as sv
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_batch import parse_bench_output
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import BenchError, metric_delta
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_actual import PlanActualError, load_records, planned_devices
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import strict_values as sv
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_batch import parse_bench_output
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import BenchError, metric_delta
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import FitPlanError, plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve.plan_actual import PlanActualError, load_records, planned_devices
 
 MODEL = lib.fixture("frank_medium")
 SERVE = {"backend": "hip", "ctx_size": 65536, "parallel": 2, "tensor_split": "auto"}
@@ -141,7 +141,7 @@ def test_digits_are_ascii_digits(text, want):
 
 
 def test_a_unicode_digit_in_nvidia_smi_output_is_no_pid():
-    from ansible_collections.dankfleet.llm.plugins.module_utils.plan_actual import parse_compute_apps
+    from ansible_collections.dankfleet.llm.plugins.module_utils.serve.plan_actual import parse_compute_apps
     with pytest.raises(PlanActualError, match=r"line 1 pid: expected an integer from 1"):
         parse_compute_apps("\u00b2, 100")
     with pytest.raises(PlanActualError, match=r"line 1 used_memory: expected an integer"):   # refused, never N/A

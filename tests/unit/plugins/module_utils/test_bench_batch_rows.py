@@ -4,7 +4,7 @@ import json
 
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_batch import cell_row, parse_bench_output
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_batch import cell_row, parse_bench_output
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 PP = {"build_commit": "abc1234", "build_number": 11434, "backends": "CPU", "n_prompt": 512, "n_gen": 0,

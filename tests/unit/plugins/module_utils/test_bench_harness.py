@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from ansible_collections.dankfleet.llm.plugins.doc_fragments.endpoint import ModuleDocFragment as EndpointDocFragment
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_batch as bb
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_report as br
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_spec as bs
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_turns as bt
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_batch as bb
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import endpoint_client as be
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_report as br
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_spec as bs
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_turns as bt
 
 
 # Two lines of llama-bench b11434 `-o jsonl` (trimmed to the fields the harness reads).

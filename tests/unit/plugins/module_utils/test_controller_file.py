@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""module_utils/controller_file: the report file on the controller - written atomically with its mode,
+"""module_utils/base/controller_file: the report file on the controller - written atomically with its mode,
 left alone when current, never in check mode, and bad input refused before anything is written."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.controller_file import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.controller_file import (
     ControllerFileError, parse_mode, write_text)
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc
 

@@ -20,10 +20,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import endpoint_client as be
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 from ansible_collections.dankfleet.llm.tests.unit.endpoint_stand_testlib import (
     ALIAS, CHAT, ENV, JOURNAL, METRICS, PARAMS, RECORDED, TOOL_MESSAGE, Drafting, Served, Stand, checks_by_name,

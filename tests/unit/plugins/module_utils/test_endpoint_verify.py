@@ -11,7 +11,7 @@ import zlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
 
 ENV = {'ALIAS': 'frank-medium', 'MODEL_PATH': '/m.gguf', 'BIND_ADDR': '127.0.0.1', 'LISTEN_PORT': '7770',
        'PARALLEL': '2', 'CTX_SIZE': '8192', 'SPEC_TYPE': 'draft-mtp,ngram-mod', 'VISION': 'off'}
@@ -191,7 +191,7 @@ def test_a_tool_answer_is_well_formed_or_named(msg, needle):
 # --- issue 35: the drafter's journal lines, the prompt no n-gram matches, the defaults, the first difference
 
 def test_b11434_logs_the_init_line_at_info_only_for_block_drafters():
-    from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
+    from ansible_collections.dankfleet.llm.plugins.module_utils.base import llama_cpp_rules as rules
     assert [t for t in rules.SPEC_TYPES if rules.spec_init_logged(t, 3)] == ['draft-dflash', 'draft-dspark']
     assert all(rules.spec_init_logged(t, 4) for t in rules.SPEC_TYPES)
     journal = ("0.01 I common_speculative_impl_draft_dflash: adding speculative implementation 'draft-dflash'\n"

@@ -16,7 +16,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import hostile_text
-from ansible_collections.dankfleet.llm.plugins.module_utils import endpoint_verify as ev
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import endpoint_verify as ev
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import Endpoint
 
 ALIAS = 'frank-lab'
 

@@ -14,7 +14,7 @@ import os
 import pytest
 
 import fit_accuracy
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 import measure_llamacpp_buffers as measure
 

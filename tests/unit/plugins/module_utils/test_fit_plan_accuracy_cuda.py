@@ -17,7 +17,7 @@ import re
 import pytest
 
 import fit_accuracy
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 import measure_llamacpp_buffers as measure
 
@@ -185,7 +185,7 @@ def test_the_role_release_measures_the_same():
 def test_the_profile_documents_its_sources():
     prof = fit_plan.PROFILES["cuda"]
     assert "H200" in prof["source"] and "PLACEHOLDER" not in prof["source"]
-    text = open(os.path.join(ROOT, "plugins", "module_utils", "fit_plan.py")).read()
+    text = open(os.path.join(ROOT, "plugins", "module_utils", "plan", "fit_plan.py")).read()
     block = text[text.index('    "cuda": {'):]
     block = block[:block.index("\n    },")]
     for key in prof:

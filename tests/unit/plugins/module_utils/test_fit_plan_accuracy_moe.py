@@ -15,7 +15,7 @@ Every row is held to the issue's bounds term by term. No GPU here.
 import pytest
 
 import fit_accuracy
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
 
 MIB = 1024 * 1024
 SET = "cuda-h200-moe"

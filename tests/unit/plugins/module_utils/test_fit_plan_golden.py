@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
 from ansible_collections.dankfleet.llm.tests.fixtures import build_fit_plan_golden as golden
 
 with open(golden.GOLDEN) as _fh:

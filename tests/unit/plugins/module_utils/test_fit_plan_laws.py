@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import PROFILES, assign_slots, context_shape, counts_to_split, plan, swa_cells
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import PROFILES, assign_slots, context_shape, counts_to_split, plan, swa_cells
 
 GIB, MIB = lib.GIB, lib.MIB
 ZERO = dict((k, 0) for k in PROFILES["cpu"] if k != "source")
@@ -157,7 +157,7 @@ def test_profiles_are_documented():
 def test_fit_plan_imports_without_ansible():
     # Ansible made unimportable in a fresh interpreter; the collection on its one import path
     code = ("import sys; sys.modules['ansible'] = None; "
-            "from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan; print(fit_plan.plan.__name__)")
+            "from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan; print(fit_plan.plan.__name__)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "plan", out.stderr

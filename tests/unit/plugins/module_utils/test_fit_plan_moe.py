@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import json_values
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import (
     PROFILES, FitPlanError, plan)
 
 MIB = 1024 ** 2

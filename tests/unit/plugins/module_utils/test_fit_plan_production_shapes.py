@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.plan_result import plan_result
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.plan_result import plan_result
 
 HOST_VARS = os.path.join(lib.ROOT, "inventory", "production", "host_vars", "dankserver.yml")
 B850 = os.path.join(lib.FIXTURES, "gpu", "b850-proart.facts.json")

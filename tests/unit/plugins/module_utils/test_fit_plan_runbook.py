@@ -8,7 +8,7 @@ bent to them.
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
 from ansible_collections.dankfleet.llm.tests.fixtures.runbook_points import POINTS
 
 GIB, MIB = lib.GIB, lib.MIB

@@ -9,8 +9,8 @@ import tempfile
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
 
 GIB, MIB = lib.GIB, lib.MIB
 

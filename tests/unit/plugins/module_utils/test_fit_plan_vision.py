@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import json_values
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, PROFILES, plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import FitPlanError, PROFILES, plan
 
 GIB, MIB = lib.GIB, lib.MIB
 SETTINGS = dict(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -8,8 +8,8 @@ import gguf
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError, read_gguf
 
 
 def test_qwen35_interval_and_nextn(tmp_path):

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import MOE_PLANNED_ARCHS, gguf_facts
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, tensor_nbytes, GGML_TYPE_IDS
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import MOE_PLANNED_ARCHS, gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError, tensor_nbytes, GGML_TYPE_IDS
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 SETTINGS = dict(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -173,7 +173,7 @@ SHARED_EXPERT_ARCHS = ("qwen2moe", "granitemoe", "hunyuan-moe", "bailingmoe2", "
 def test_the_shared_expert_width_is_read_for_every_arch_that_has_one(tmp_path, arch):
     """issue 38: the shared expert (ffn_*_shexp) is read off its tensors, apart from the routed experts' bytes; the
     planner then plans the archs it models with it and refuses the rest by name (never as dense)."""
-    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import FitPlanError, plan
     f = gguf_facts(moe_model(tmp_path, arch=arch, shexp=80, n_ff_exp=32, n_used=2))
     assert f["is_moe"] and f["expert_shared_feed_forward_length"] == 80
     assert all((L["n_ff_shexp"], L["n_ff_exp"]) == (80, 32) for L in f["layers"])
@@ -189,7 +189,7 @@ def test_the_shared_expert_width_is_read_for_every_arch_that_has_one(tmp_path, a
 
 def test_a_shared_expert_wider_than_the_routed_ones_sets_the_planned_ffn_width(tmp_path):
     """build_moe_ffn's experts, then the shared expert on its own width: the planner sizes the wider of the two."""
-    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import PROFILES, plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import PROFILES, plan
     card = [{"name": "g", "vram_total_bytes": 24 << 30}]
     serve = {"backend": "cuda", "ctx_size": 4096, "ubatch_size": 512}
 

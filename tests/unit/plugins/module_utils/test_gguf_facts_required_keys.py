@@ -5,9 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import (
     HEAD_COUNT_KEY, RECURRENT_ARCHS, REQUIRED_ARCH_KEYS, SUPPORTED_ARCHS, gguf_facts)
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 
 ARCHS = sorted(SUPPORTED_ARCHS)

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import FitPlanError, plan
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import PER_LAYER_ARRAY_KEYS, gguf_facts
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import FitPlanError, plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import PER_LAYER_ARRAY_KEYS, gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError
 
 N_LAYER_ALL = 9          # qwen35_kv's default: 8 trunk blocks + 1 MTP block
 SETTINGS = dict(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

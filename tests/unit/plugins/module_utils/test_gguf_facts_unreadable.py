@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts, gguf_files
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts, gguf_files
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ import types
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import (
     FetchError, _parse_content_range, redact_url, stamp_matches, validate_declared)
 
 SHA = "ab" * 32

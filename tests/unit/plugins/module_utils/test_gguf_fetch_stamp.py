@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_fetch
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, fetch, read_stamp, stamp_matches
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import gguf_fetch
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import FetchError, fetch, read_stamp, stamp_matches
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 import range_http_server
 

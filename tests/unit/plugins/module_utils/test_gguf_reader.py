@@ -5,7 +5,7 @@ import gguf
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGML_TYPES, GGUFError, ggml_row_bytes, read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGML_TYPES, GGUFError, ggml_row_bytes, read_gguf
 
 
 def test_type_sizes_match_gguf_package():

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import facts_from_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError, read_gguf
 
 CORPUS = os.path.join(lib.FIXTURES, "bad_inputs")
 FILES = sorted(f for f in os.listdir(CORPUS) if not f.endswith(".py"))
@@ -74,7 +74,7 @@ def test_sparse_files_cannot_claim_their_holes(tmp_path):
 
 def test_the_header_is_bounded_in_bytes(tmp_path, monkeypatch):
     import struct
-    from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_reader
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan import gguf_reader
     monkeypatch.setattr(gguf_reader, "MAX_HEADER_BYTES", 4096)
     head = b"GGUF" + struct.pack("<Iqq", 3, 0, 2) + _s("a") + struct.pack("<I", 8) + _s("v" * 5000)
     path = _sparse(tmp_path / "long.gguf", head, size=1 << 20)

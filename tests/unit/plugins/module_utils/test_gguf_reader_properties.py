@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError, read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import facts_from_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError, read_gguf
 
 SETTINGS = dict(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

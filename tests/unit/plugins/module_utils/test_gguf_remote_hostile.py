@@ -10,9 +10,9 @@ import gen_models
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_remote
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf, gguf_facts
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import gguf_remote
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import facts_from_gguf, gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 LIES = {

@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import gpu_facts as gf
 from ansible_collections.dankfleet.llm.plugins.modules import gpu_info as gpu_facts_module
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env

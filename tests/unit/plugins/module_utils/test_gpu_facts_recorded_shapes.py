@@ -7,7 +7,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.gpu_facts import GpuFactsError, load_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gpu_facts import GpuFactsError, load_facts
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "gpu")
 BOARDS = ["b650.facts.json", "b850-proart.facts.json"]

@@ -18,10 +18,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import bench_endpoint as be
-from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
-from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import endpoint_client as be
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import gpu_facts as gf
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import host_state as hs
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import host_state as hs
 
 
 def test_file_dir_link_absent(tmp_path):

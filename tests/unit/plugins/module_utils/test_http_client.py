@@ -1,4 +1,4 @@
-"""module_utils/http_client.py, the collection's one HTTP client, against real servers on 127.0.0.1
+"""module_utils/base/http_client.py, the collection's one HTTP client, against real servers on 127.0.0.1
 (tests/lab/range_http_server.py with its faults), and the fetch and the endpoint client through it.
 
 Properties, over hypothesis-drawn fault schedules (drips, resets, endless bodies, lying lengths, redirect
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import http_client as hc
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench_endpoint import Endpoint
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import FetchError, fetch
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import http_client as hc
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import Endpoint
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import FetchError, fetch
 import range_http_server
 
 SLACK = 0.6            # seconds a request may run past its deadline (scheduling on a loaded 2-core box)

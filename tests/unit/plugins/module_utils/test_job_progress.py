@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import job_progress as jp
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import ProgressLog
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_cpp_release import run_logged
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import job_progress as jp
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import ProgressLog
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.llama_cpp_release import run_logged
 
 
 def test_build_counts_objects_of_the_current_command_only():

@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.dankfleet.llm.plugins.action import job_progress as action
-from ansible_collections.dankfleet.llm.plugins.module_utils import job_progress as jp
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import job_progress as jp
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 SETTINGS = dict(max_examples=250, deadline=None, database=None,

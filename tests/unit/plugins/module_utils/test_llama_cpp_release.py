@@ -1,4 +1,4 @@
-"""The logic of llama_cpp_build (plugins/module_utils/llama_cpp_release.py), without Ansible.
+"""The logic of llama_cpp_build (plugins/module_utils/host/llama_cpp_release.py), without Ansible.
 
 cmake argument assembly (and its equality with the shared test build's flags),
 the flags hash and release naming, the scrubbed build environment, the stamp,
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import llama_cpp_release as lcr
 import synthetic_toolchain
 
 REPO = Path(__file__).resolve().parents[4]

@@ -4,7 +4,7 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import llama_cpp_release as lcr
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 REAL = {"inputs": {"backend": "cpu", "build_number": 11434, "source": {"type": "archive", "sha256": "ab" * 32}},

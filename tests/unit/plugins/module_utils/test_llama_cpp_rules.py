@@ -14,11 +14,11 @@ import re
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan, serve_guard
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_rules as rules
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan, serve_guard
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import llama_cpp_rules as rules
 from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 
-ROLE = os.path.join(os.path.dirname(rules.__file__), "..", "..", "roles", "llama_server")
+ROLE = os.path.join(os.path.dirname(rules.__file__), "..", "..", "..", "roles", "llama_server")
 LAUNCHER = os.path.join(ROLE, "templates", "serve-llama-server.sh.j2")
 
 

@@ -14,8 +14,8 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_env
-from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import llama_env
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 CHECKER = os.path.join(REPO, 'roles', 'llama_server', 'files', 'llama_env_check.py')
@@ -61,12 +61,12 @@ def test_the_host_checker_has_no_parser_of_its_own():
 
 def test_the_role_installs_this_file_beside_the_checker():
     """The checker loads llama_env.py from its own directory on the host: install.yml must put the collection's
-    module_utils/llama_env.py there, under that name, beside the checker."""
+    module_utils/base/llama_env.py there, under that name, beside the checker."""
     tasks = yaml.safe_load(open(os.path.join(REPO, 'roles', 'llama_server', 'tasks', 'install.yml')))
     role_vars = yaml.safe_load(open(os.path.join(REPO, 'roles', 'llama_server', 'vars', 'main.yml')))
     copies = dict((f['src'], f['dest']) for t in tasks if 'dankfleet.llm.render_files' in t
                   for f in t['dankfleet.llm.render_files']['files'] if f.get('template') is False)
-    src = '{{ role_path }}/../../plugins/module_utils/llama_env.py'
+    src = '{{ role_path }}/../../plugins/module_utils/base/llama_env.py'
     assert copies[src] == '{{ _llama_server_env_parser }}'
     assert copies['llama_env_check.py'] == '{{ _llama_server_env_checker }}'
     assert role_vars['_llama_server_env_parser'] == '{{ llama_server_libexec_dir }}/llama_env.py'

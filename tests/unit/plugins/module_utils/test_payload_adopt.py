@@ -12,10 +12,10 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import payload_adopt as pa
-from ansible_collections.dankfleet.llm.plugins.module_utils import settle
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import write_stamp
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import payload_adopt as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import settle
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import write_stamp
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 URL_T = "https://huggingface.co/orcarouter/Q-GGUF/resolve/main/Q-Q8_0.gguf"

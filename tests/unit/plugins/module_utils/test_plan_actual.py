@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import fit_accuracy
-from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
 from ansible_collections.dankfleet.llm.tests.fixtures.gpu import make_boards as boards
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env
 

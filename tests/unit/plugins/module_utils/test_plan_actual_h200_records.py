@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "..", "..", "fixtures", "plan_actual", "b11434-cuda-h200-27b")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
 from ansible_collections.dankfleet.llm.plugins.modules.plan_actual import ARGUMENT_SPEC
 
 MIB = 1024 * 1024

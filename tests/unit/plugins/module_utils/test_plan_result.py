@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The one plan result (plugins/module_utils/plan_result.py): what llm_plan publishes from a fit, and the serve
+"""The one plan result (plugins/module_utils/plan/plan_result.py): what llm_plan publishes from a fit, and the serve
 role's reading of it - the same result, one input; messages in the names the operator edits."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -9,9 +9,9 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
-from ansible_collections.dankfleet.llm.plugins.module_utils import plan_result as pr
-from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import plan_result as pr
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 
 MODEL = lib.fixture("frank_medium")

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The file-access layer (module_utils/regular_file.py) and the modules' readers/writers that use it.
+"""The file-access layer (module_utils/base/regular_file.py) and the modules' readers/writers that use it.
 
 Run as root (the deploy's case): foreign-owned directories are chowned to nobody. Every call that could
 block runs under a SIGALRM deadline, so a regression hangs no test: it fails naming the call.
@@ -17,7 +17,7 @@ import stat
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import regular_file as rf
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import regular_file as rf
 
 NOBODY = 65534
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
@@ -235,7 +235,7 @@ def test_an_existing_part_is_opened_untruncated(tmp_path):
 
 @root_only
 def test_gguf_fetch_never_follows_a_planted_part_or_stamp_or_lock(tmp_path):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_fetch as gf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host import gguf_fetch as gf
     victim = tmp_path / "shadow"
     for suffix in (".part", ".lock", ".verified.json"):
         victim.write_bytes(b"root:secret\n")
@@ -251,7 +251,7 @@ def test_gguf_fetch_never_follows_a_planted_part_or_stamp_or_lock(tmp_path):
 
 
 def test_gguf_fetch_refuses_a_dest_name_its_stamp_cannot_have_before_anything_changes(tmp_path):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_fetch as gf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host import gguf_fetch as gf
     dest = tmp_path / ("a" * 245 + ".gguf")
     with pytest.raises(gf.FetchError) as info:
         gf.fetch("http://127.0.0.1:9/x.gguf", str(dest), 10, "0" * 64, retries=0, disk_margin_bytes=0)
@@ -261,7 +261,7 @@ def test_gguf_fetch_refuses_a_dest_name_its_stamp_cannot_have_before_anything_ch
 
 @pytest.mark.parametrize("kind", ["fifo", "dir", "link"])
 def test_gguf_fetch_progress_log_that_is_no_file_is_refused_without_blocking(tmp_path, kind):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_fetch as gf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host import gguf_fetch as gf
     log = tmp_path / "fetch.log"
     if kind == "fifo":
         os.mkfifo(str(log))
@@ -278,14 +278,14 @@ def test_gguf_fetch_progress_log_that_is_no_file_is_refused_without_blocking(tmp
 
 
 def test_host_state_checksums_a_kernel_file_without_hanging():
-    from ansible_collections.dankfleet.llm.plugins.module_utils import host_state as hs
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host import host_state as hs
     with deadline():
         assert hs.path_state("/proc/self/pagemap", max_bytes=1 << 20)["checksum"] is None   # endless: no checksum
         assert hs.path_state("/proc/self/status")["checksum"] is not None                  # size 0, real content
 
 
 def test_gpu_facts_refuses_a_fifo_or_garbage_in_a_recorded_tree(tmp_path):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as g
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host import gpu_facts as g
     dev = tmp_path / "sys" / "x"
     dev.mkdir(parents=True)
     os.mkfifo(str(dev / "vendor"))
@@ -300,7 +300,7 @@ def test_gpu_facts_refuses_a_fifo_or_garbage_in_a_recorded_tree(tmp_path):
 
 @pytest.mark.parametrize("kind", ["fifo", "dir", "binary", "link"])
 def test_plan_actual_records_file_is_refused_by_name(tmp_path, kind):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+    from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
     path = tmp_path / pa.RECORD_FILE
     if kind == "fifo":
         os.mkfifo(str(path))
@@ -319,7 +319,7 @@ def test_plan_actual_records_file_is_refused_by_name(tmp_path, kind):
 
 @pytest.mark.parametrize("name", ["../escape.prom", "/etc/cron.d/x", "..", "sub/x.prom"])
 def test_plan_actual_textfile_name_cannot_climb_out(tmp_path, name):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+    from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
     (tmp_path / "tf").mkdir()
     with pytest.raises(pa.PlanActualError, match="textfile_name"):
         pa.write_textfile(str(tmp_path / "tf"), "x 1\n", name)
@@ -327,7 +327,7 @@ def test_plan_actual_textfile_name_cannot_climb_out(tmp_path, name):
 
 
 def test_plan_actual_textfile_replaces_a_planted_link(tmp_path):
-    from ansible_collections.dankfleet.llm.plugins.module_utils import plan_actual as pa
+    from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
     victim = tmp_path / "victim"
     victim.write_text("keep")
     (tmp_path / "tf").mkdir()
@@ -357,7 +357,7 @@ def test_the_env_file_readers_agree_on_what_they_refuse(tmp_path):
     import shutil
     import subprocess
     import sys
-    from ansible_collections.dankfleet.llm.plugins.module_utils import llama_env
+    from ansible_collections.dankfleet.llm.plugins.module_utils.base import llama_env
     alone = tmp_path / "libexec"
     alone.mkdir()
     shutil.copy(llama_env.__file__, str(alone / "llama_env.py"))
@@ -385,7 +385,7 @@ def test_the_env_file_readers_agree_on_what_they_refuse(tmp_path):
 @pytest.mark.parametrize("kind", ["link", "hardlink", "fifo"])
 def test_gguf_fetch_part_planted_after_the_checks_is_still_never_written(tmp_path, kind):
     """The race: the service user puts a link at .part between gguf_fetch's checks and its open."""
-    from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_fetch as gf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host import gguf_fetch as gf
     victim = tmp_path / "shadow"
     victim.write_bytes(b"root:secret\n")
     d = tmp_path / "models"

@@ -25,7 +25,7 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import regular_file as rf
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import regular_file as rf
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the trees chown to nobody: run as root, as the deploy does")
 

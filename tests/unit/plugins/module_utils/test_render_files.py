@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.render_files import (
     RenderError, converge, env_values, values_differ)
 
 ME = pwd.getpwuid(os.geteuid()).pw_name

@@ -13,7 +13,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.render_files import ID_MAX, RenderError, converge
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.render_files import ID_MAX, RenderError, converge
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 SETTINGS = dict(max_examples=200, deadline=None, database=None,

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils import fit_plan
-from ansible_collections.dankfleet.llm.plugins.module_utils import rpc_fleet
-from ansible_collections.dankfleet.llm.plugins.module_utils.rpc_fleet import (
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import rpc_fleet
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve.rpc_fleet import (
     RpcFleetError, check_bind_address, devices_seen, missing_devices, rpc_devices, rpc_endpoints)
 
 GIB, MIB = lib.GIB, lib.MIB

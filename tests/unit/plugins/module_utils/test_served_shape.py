@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import served_shape as ss
-from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import parse
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import served_shape as ss
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.llama_env import parse
 from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import hostile_text
 from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import render
 

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The settle step (plugins/module_utils/settle.py): every problem of an inventory at once, each naming the variable
+"""The settle step (plugins/module_utils/plan/settle.py): every problem of an inventory at once, each naming the variable
 the operator edits; the serve role's inputs derived from it."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import settle as s
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader
 from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))

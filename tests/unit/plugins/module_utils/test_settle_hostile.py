@@ -15,8 +15,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 from jinja2.nativetypes import NativeEnvironment
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import settle as s
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import settle as s
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 from ansible_collections.dankfleet.llm.tests.unit import role_yaml
 

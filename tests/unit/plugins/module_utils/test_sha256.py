@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.sha256 import hash_file, sha256_file
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.sha256 import hash_file, sha256_file
 
 CHUNK = 4096
 

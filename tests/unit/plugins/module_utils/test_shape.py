@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The serve shape (plugins/module_utils/shape.py): the env file's one writer round-trips through its one reader
+"""The serve shape (plugins/module_utils/plan/shape.py): the env file's one writer round-trips through its one reader
 (llama_env.parse, systemd's reading) for any one-line value; each cross rule is written once and refuses what
 llama.cpp would not run; the origin has two words."""
 from __future__ import (absolute_import, division, print_function)
@@ -8,7 +8,8 @@ __metaclass__ = type
 import pytest
 from hypothesis import given, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_env, shape
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import llama_env
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import shape
 from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import hostile_text
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)

@@ -13,7 +13,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import staged_shape as ss
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import staged_shape as ss
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 BODY = b"GGUF" + os.urandom(4096)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 SERVICE_UID = 4242   # the service user that owns its home, where the trash and the models live
@@ -167,7 +167,7 @@ def test_a_bind_mounted_file_never_moves(tmp_path):
 
 
 def test_resolve_path_follows_only_links_nobody_else_can_change(foreign_home, tmp_path):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.regular_file import FileRefused, resolve_path
+    from ansible_collections.dankfleet.llm.plugins.module_utils.base.regular_file import FileRefused, resolve_path
     home, target = foreign_home
     (tmp_path / 'mine').symlink_to(target)               # in a directory only root writes: followed
     assert resolve_path(str(tmp_path / 'mine' / 'x' / 'not' / 'yet')) == str(target / 'x' / 'not' / 'yet')

@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
 
 
 def _file(tmp_path, data=b"payload"):

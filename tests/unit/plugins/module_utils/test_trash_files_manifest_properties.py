@@ -15,7 +15,7 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
 
 # The bytes every line splitter, decoder and escaper disagrees about, mixed with arbitrary ones.
 TRICKY = [b'\x0b', b'\x0c', b'\x1c', b'\x1d', b'\x1e', '\x85'.encode(), '\u2028'.encode(), '\u2029'.encode(),

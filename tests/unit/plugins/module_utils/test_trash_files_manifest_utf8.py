@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
 
 
 def _retired(root):

@@ -14,7 +14,7 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 COLLECTIONS = os.path.join(REPO, 'collections')

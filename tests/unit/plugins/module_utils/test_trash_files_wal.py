@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
 from ansible_collections.dankfleet.llm.tests.unit.trash_testlib import NOBODY, needs_root, snapshot, tmpfs
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import COLLECTIONS, ansible_env
 
@@ -99,7 +99,7 @@ def test_a_cross_filesystem_move_restores_byte_identical(tmp_path):
 
 CRASH = textwrap.dedent('''
     import os, sys
-    from ansible_collections.dankfleet.llm.plugins.module_utils import trash_files as tf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host import trash_files as tf
     real, count = tf.move_at, [0]
     def move_then_die(*args, **kwargs):
         real(*args, **kwargs)

@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
 
 PROPS = tr.Obj({

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import verify_commands as vc
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import verify_commands as vc
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 SMOKE = os.path.join(REPO, 'tests', 'scripts', 'openai_chat_smoke.py')

@@ -4,8 +4,8 @@ import gen_models
 import pytest
 
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import facts_from_gguf
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import read_gguf
 
 
 @pytest.mark.parametrize("tensor_type", ["f16", "q8_0"])
@@ -48,7 +48,7 @@ def test_generated_model(tmp_path, kind, tensor_type):
 
 def test_planner_consumes_generated_facts(tmp_path):
     """End to end on generated headers: the planner sizes every target kind without complaint."""
-    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
     gpus = [{"name": "RPC0", "vram_total_bytes": 512 * lib.MIB}, {"name": "RPC1", "vram_total_bytes": 512 * lib.MIB}]
     for kind in gen_models.MODEL_NAMES:
         if gen_models.ROLES[kind]["role"] != "target":

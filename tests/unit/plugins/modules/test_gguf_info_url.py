@@ -10,9 +10,9 @@ import pytest
 import range_http_server
 
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_info as module
-from ansible_collections.dankfleet.llm.plugins.module_utils import gguf_remote
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import gguf_facts
-from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import GGUFError
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import gguf_remote
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import gguf_facts
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import GGUFError
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 

@@ -9,8 +9,8 @@ import gen_models
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import gpu_facts as gf
-from ansible_collections.dankfleet.llm.plugins.module_utils import typed_reader as tr
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import gpu_facts as gf
+from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
 from ansible_collections.dankfleet.llm.plugins.modules import gguf_info
 from ansible_collections.dankfleet.llm.plugins.modules import gpu_info as module
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile

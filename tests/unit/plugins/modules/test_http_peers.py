@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import llama_server_gate as lg
 from ansible_collections.dankfleet.llm.plugins.modules import chat_completion, gguf_fetch, llama_server_gate
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module
 import range_http_server

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_cpp_release as lcr
+from ansible_collections.dankfleet.llm.plugins.module_utils.host import llama_cpp_release as lcr
 from ansible_collections.dankfleet.llm.plugins.modules import llama_cpp_release as module
 from ansible_collections.dankfleet.llm.tests.unit.module_testlib import run_module, snapshot
 import synthetic_toolchain

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from ansible_collections.dankfleet.llm.plugins.module_utils import llama_server_gate as lg
+from ansible_collections.dankfleet.llm.plugins.module_utils.serve import llama_server_gate as lg
 from ansible_collections.dankfleet.llm.tests.unit.ansible_cli import ansible_doc, ansible_env
 from ansible_collections.dankfleet.llm.tests.unit.http_testlib import Serving
 
@@ -166,7 +166,7 @@ def env_text(port, **over):
 
 
 def gate(tmp_path, server, unit=None, timeout=5, **over):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.llama_env import parse
+    from ansible_collections.dankfleet.llm.plugins.module_utils.base.llama_env import parse
     env, problems = parse(env_text(server.port, **over))
     assert problems == []
     expect = lg.expectations(env, label='new shape')

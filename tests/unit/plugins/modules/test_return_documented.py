@@ -255,7 +255,7 @@ def c_host_state_info(tmp_path, capsys):
 
 
 def c_job_progress(tmp_path, capsys):
-    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_fetch import ProgressLog
+    from ansible_collections.dankfleet.llm.plugins.module_utils.host.gguf_fetch import ProgressLog
     build = tmp_path / "build.log"
     build.write_text("$ cmake --build /b -j 2\n[3/7] Building CXX object o3.o\n")
     results = tmp_path / "results"

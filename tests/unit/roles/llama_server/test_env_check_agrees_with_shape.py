@@ -2,7 +2,7 @@
 """The host's env check (roles/llama_server/files/llama_env_check.py, stdlib, runs as the env file's validate
 command) keeps its own copy of two serve-shape rules - a context that divides over the slots, one split share per
 device - because it runs where the collection's module_utils are not importable. The copy stays only while it says
-what plugins/module_utils/shape.py says (ctx_parallel_problem, split_devices_problem): this test fails when the two
+what plugins/module_utils/plan/shape.py says (ctx_parallel_problem, split_devices_problem): this test fails when the two
 disagree. Domain: what an env file carries - a context >= 0 (0: the model's), slots >= 1 (fewer is the check's own
 refusal, not this rule)."""
 from __future__ import (absolute_import, division, print_function)
@@ -11,7 +11,7 @@ __metaclass__ = type
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.shape import ctx_parallel_problem, split_devices_problem
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan.shape import ctx_parallel_problem, split_devices_problem
 from ansible_collections.dankfleet.llm.tests.unit.roles.serve_roles_helpers import load_role_script
 
 check_mod = load_role_script('llama_server', 'llama_env_check')

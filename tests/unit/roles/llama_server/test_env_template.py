@@ -170,9 +170,9 @@ def test_the_unit_hides_integrated_gpus_and_limits_devices_per_backend():
 def test_a_real_plan_of_a_generated_model_renders_and_passes_the_checker(tmp_path):
     """The planner's actual result shape (not a hand-written dict) on generated qwen35+MTP headers."""
     import gen_models
-    from ansible_collections.dankfleet.llm.plugins.module_utils.fit_plan import plan
-    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_facts import facts_from_gguf
-    from ansible_collections.dankfleet.llm.plugins.module_utils.gguf_reader import read_gguf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import plan
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import facts_from_gguf
+    from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_reader import read_gguf
     entry = gen_models.write_model('qwen35-mtp', str(tmp_path / 'qwen35-mtp.gguf'))
     facts = facts_from_gguf(read_gguf(entry['path']))
     gpus = [{'name': 'RPC0', 'vram_total_bytes': 512 * 1048576}, {'name': 'RPC1', 'vram_total_bytes': 512 * 1048576}]
