@@ -109,6 +109,14 @@ port_handover_units:
   returned: always
   type: list
   elements: str
+service:
+  description:
+    - Where the endpoint's service lives on the host, as the inventory names it - C(name) (C(llama_server_service_name), the
+      unit is C(<name>.service)), C(env_file) (C(llama_server_env_file), the served shape the launcher reads) and C(user)
+      (C(llama_server_user)); an empty string for a value that is not one. The benchmarks find what is served here.
+  returned: always
+  type: dict
+  sample: {name: frank-medium, env_file: /etc/llama-server/frank-medium.env, user: dank}
 checklist:
   description: One line per variable still holding a placeholder, what in it is to fill.
   returned: always

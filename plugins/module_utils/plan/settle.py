@@ -77,6 +77,7 @@ READS = tuple("llama_server_" + key for key, _ in PLAN_SERVE) + (
     "llama_server_devices", "llama_server_port", "llama_server_service_name", "llama_server_alias",
     "llama_server_extra_args", "llama_server_extra_env", "llama_server_gate_enabled", "llama_server_metrics",
     "llama_server_model_path", "llama_server_drafter_path", "llama_server_mmproj_path",
+    "llama_server_env_file", "llama_server_user",
     "gguf_fetch_manifest", "gguf_fetch_models_dir", "llama_cpp_build_prefix", "runtime_retire_runtimes",
     "llama_cpp_build_backend", "llama_cpp_build_source_type")
 # The results the roles publish under a governed prefix (set_fact / register), and the play variables a playbook
@@ -855,4 +856,16 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
         "serve": serve,
         "origin": origin(serve),
         "port_handover_units": handover_units(settled.get("runtime_retire_runtimes")),
+        "service": service_record(settled),
     }
+
+
+def service_record(settled):
+    """Where the endpoint's service lives on the host, as the inventory names it: its unit's name, the env file the
+    launcher reads (the served shape) and the user it runs as - what a benchmark needs to find what is served
+    before it reads the served shape itself. An empty string where the inventory's value is not a string."""
+    def text(name):
+        value = settled.get(name)
+        return value if isinstance(value, str) else ""
+    return {"name": text("llama_server_service_name"), "env_file": text("llama_server_env_file"),
+            "user": text("llama_server_user")}

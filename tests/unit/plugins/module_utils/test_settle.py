@@ -52,6 +52,16 @@ def test_a_clean_inventory_settles_with_the_serve_inputs():
     assert out['origin'] == {'tensor_split': 'planned', 'ctx_size': 'pinned', 'cache_ram': 'planned', 'n_cpu_moe': 'pinned'}
 
 
+def test_the_service_record_says_where_the_served_shape_is():
+    out = run({'llama_server_service_name': 'frank-medium', 'llama_server_env_file': '/etc/ls/frank-medium.env',
+               'llama_server_user': 'dank'})
+    assert out['service'] == {'name': 'frank-medium', 'env_file': '/etc/ls/frank-medium.env', 'user': 'dank'}
+    # a value refused above is no path: empty, never the refused value
+    out = run({'llama_server_service_name': 'frank-medium', 'llama_server_env_file': ['x'], 'llama_server_user': 7})
+    assert out['service'] == {'name': 'frank-medium', 'env_file': '', 'user': ''}
+    assert any(p.variable == 'llama_server_env_file' for p in out['problems'])
+
+
 def test_every_problem_is_reported_at_once_naming_the_variable():
     out = run({'llama_server_ctx_sise': 4096, 'llama_server_parallel': 'two',
                'llama_server_tensor_split': '32,33', 'llama_server_vision': 'maybe',
