@@ -18,7 +18,7 @@ description:
     speculative chain - so a benchmark runs exactly what is served, planned values included.
   - A value of the wrong shape (C(CTX_SIZE=big), a newline in a path) fails the task naming the variable, the file
     and the fix. No env file is no failure - RV(exists) is false and RV(shape) empty (nothing is deployed).
-  - The API key (C(LLAMA_API_KEY)) is never read into the result.
+  - The API key (C(LLAMA_API_KEY)) is never read into the result; RV(api_key_set) says whether the endpoint requires one.
   - Never changes anything; runs the same in check mode.
 author:
   - dankfleet engineers (@dankfleet)
@@ -58,6 +58,10 @@ env_file:
   description: The env file read.
   returned: always
   type: str
+api_key_set:
+  description: Whether the served endpoint requires an API key (C(LLAMA_API_KEY) is not empty); the key is never returned.
+  returned: always
+  type: bool
 shape:
   description:
     - The served shape (empty when RV(exists) is false). An empty variable is C(null) (the launcher passes no
@@ -82,17 +86,18 @@ shape:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.bench.served_shape import ServedShapeError, read_served_shape
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.served_shape import ServedShapeError, read_served
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(env_file=dict(type='path', required=True)), supports_check_mode=True)
     env_file = module.params['env_file']
     try:
-        exists, shape = read_served_shape(env_file)
+        exists, shape, api_key_set = read_served(env_file)
     except ServedShapeError as exc:
-        module.fail_json(msg='dankfleet.llm.served_shape_info: %s' % exc, exists=True, env_file=env_file, shape={})
-    module.exit_json(changed=False, exists=exists, env_file=env_file, shape=shape)
+        module.fail_json(msg='dankfleet.llm.served_shape_info: %s' % exc, exists=True, env_file=env_file, shape={},
+                         api_key_set=False)
+    module.exit_json(changed=False, exists=exists, env_file=env_file, shape=shape, api_key_set=api_key_set)
 
 
 if __name__ == '__main__':

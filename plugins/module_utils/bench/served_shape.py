@@ -88,14 +88,22 @@ def served_shape(variables, env_file):
     return shape
 
 
-def read_served_shape(env_file):
-    """(exists, shape) of the live env file at env_file: (False, {}) when there is none (nothing deployed)."""
+def read_served(env_file):
+    """(exists, shape, api_key_set) of the live env file at env_file: (False, {}, False) when there is none (nothing
+    deployed). api_key_set says whether the endpoint requires a key (LLAMA_API_KEY is not empty); the key itself
+    is never returned."""
     if not os.path.lexists(env_file):
-        return False, {}
+        return False, {}, False
     try:
         variables, problems = read_env_file(env_file)
     except LlamaEnvError as exc:
         raise ServedShapeError(str(exc))
     if problems:
         raise ServedShapeError('%s is not an env file the llama_server role writes: %s' % (env_file, tr.printable('; '.join(problems), limit=500)))
-    return True, served_shape(variables, env_file)
+    return True, served_shape(variables, env_file), bool(variables.get('LLAMA_API_KEY'))
+
+
+def read_served_shape(env_file):
+    """(exists, shape) of the live env file at env_file: (False, {}) when there is none (nothing deployed)."""
+    exists, shape, _ = read_served(env_file)
+    return exists, shape

@@ -29,12 +29,10 @@ BARE = {'when', 'that', 'changed_when', 'failed_when', 'until'}
 DOC = os.path.join(REPO, 'docs', 'ARCHITECTURE.md')
 BEGIN, END = '<!-- role-to-role: drawn by tests/unit/roles/test_role_to_role.py -->', '<!-- role-to-role end -->'
 
-# (reader, variable) read today though the owner does not publish it. llm_bench's defaults take the serve role's
-# inputs as the deployed values; llm_plan's take the fetch role's manifest. Both go with the typed serve shape.
-INPUT_READS = {('llm_bench', 'llama_server_' + n) for n in (
-    'alias', 'api_key', 'cache_type_k', 'cache_type_v', 'config_dir', 'devices', 'env_file', 'flash_attn', 'gpu_layers',
-    'hip_visible_devices', 'model_path', 'port', 'release_link', 'service_name', 'split_mode', 'tensor_split', 'threads',
-    'user')} | {('llm_plan', 'gguf_fetch_' + n) for n in ('manifest', 'models_dir', 'token')}
+# (reader, variable) read today though the owner does not publish it: llm_plan's defaults take the fetch role's
+# manifest. It goes with the typed serve shape. (llm_bench's reads of the serve role's inputs are paid: the bench
+# takes the served env file, found through the settle step's dankfleet_settled.service.)
+INPUT_READS = {('llm_plan', 'gguf_fetch_' + n) for n in ('manifest', 'models_dir', 'token')}
 
 
 def owner(name):

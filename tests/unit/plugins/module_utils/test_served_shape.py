@@ -66,6 +66,14 @@ def test_empty_values_are_no_flag_and_no_file_is_nothing_deployed(tmp_path):
     assert ss.read_served_shape(str(tmp_path / 'absent.env')) == (False, {})
 
 
+def test_whether_the_endpoint_requires_a_key_is_said_never_the_key(tmp_path):
+    exists, shape, keyed = ss.read_served(_rendered(tmp_path))
+    assert exists and keyed is True and 'sekrit' not in repr((shape, keyed))
+    (tmp_path / 'k').mkdir()
+    assert ss.read_served(_rendered(tmp_path / 'k', llama_server_api_key=''))[2] is False
+    assert ss.read_served(str(tmp_path / 'absent.env')) == (False, {}, False)
+
+
 @pytest.mark.parametrize('name,value,says', [
     ('CTX_SIZE', 'big', 'CTX_SIZE in '),
     ('TENSOR_SPLIT', '32,-1', 'TENSOR_SPLIT in '),
