@@ -9,8 +9,9 @@ themselves:
 - with the env file the deploy rendered (its planned split and context, not the inventory's), every command
   benches its model on its devices, split, batches' cache types and threads with the llama-bench beside its
   llama-server, and the shape the bench says it runs carries its context, slots and spec chain;
-- with none (nothing deployed), the model is the payload path the serve role would serve - never '' (what the
-  bench took on production before: llama_server_model_path, which the bench plays never load).
+- with none (nothing deployed), the sweep is refused naming the env file and the fix (deploy first, or set the
+  llm_bench_* inputs) - the bench never guesses a shape from the serve role's inputs; with those inputs given
+  explicitly it benches them as given.
 ~3 s per run."""
 import json
 import os
@@ -59,21 +60,22 @@ DEPLOYED = {
 HOSTS = sorted(DEPLOYED)
 
 
-def bench(inventory, config_dir, limit):
+def bench(inventory, config_dir, limit, refused=False, extra=()):
     env = ansible_env(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                       PATH="%s:%s" % (BIN, os.environ["PATH"]))
-    # how the host is reached and where its config directory is: no input of the bench role
+    # how the host is reached and where its config directory is (the settle step's dankfleet_settled.service.env_file
+    # follows it): no input of the bench role
     run = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "inventory/%s" % inventory, "--limit", limit,
                           "playbooks/bench_batch.yml", "--check", "-e", "ansible_connection=local",
                           "-e", "ansible_become=false", "-e", "ansible_python_interpreter=%s" % sys.executable,
-                          "-e", "llama_server_config_dir=%s" % config_dir],
+                          "-e", "llama_server_config_dir=%s" % config_dir] + list(extra),
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (run.returncode != 0) == refused, run.stdout[-3000:] + run.stderr[-3000:]
     out = {}
     for play in json.loads(run.stdout)["plays"]:
         for task in play["tasks"]:
             name = task["task"]["name"].split(" : ", 1)[-1]
-            if name in (REPORT, SAY) and limit in task["hosts"]:
+            if limit in task["hosts"] and (name in (REPORT, SAY) or task["hosts"][limit].get("failed")):
                 out[name] = task["hosts"][limit]["msg"]
     return out
 
@@ -116,15 +118,14 @@ def test_the_sweep_benches_the_deployed_env_files_shape(tmp_path, inventory, hos
 
 
 @pytest.mark.parametrize("inventory,host", HOSTS)
-def test_nothing_deployed_benches_the_payload_the_serve_role_would_serve(tmp_path, inventory, host):
-    out = bench(inventory, tmp_path, host)
+def test_nothing_deployed_is_refused_naming_the_fix_unless_the_inputs_are_given(tmp_path, inventory, host):
+    out = bench(inventory, tmp_path, host, refused=True)
     assert "no env file (nothing deployed there)" in out[SAY]
-    models = set(flags(c)[1]["-m"] for c in out[REPORT])
-    assert len(models) == 1
-    (model,) = models
-    assert model.endswith(".gguf") and os.path.isabs(model), model
-    if host == "dankserver":
-        # the pinned shape of the inventory: its payload layout <models_dir>/<name>/<file>, its split
-        assert model == "/home/dank/models/Qwen3.8-27B-Uncensored-GGUF/Qwen3.8-27B-Uncensored-Q8_0.gguf"
-        assert all(flags(c)[1]["-ts"] == "32/33" and flags(c)[0] == "/home/dank/llama.cpp/current/bin/llama-bench"
-                   for c in out[REPORT])
+    (refusal,) = [msg for name, msg in out.items() if name not in (REPORT, SAY)]
+    assert "llm_bench_batch_model and llm_bench_batch_llama_bench (got '' and ''" in refusal, refusal
+    assert "%s/" % tmp_path in refusal and "deploy the endpoint first" in refusal, refusal
+    # the operator's explicit inputs: benched as given, nothing guessed
+    out = bench(inventory, tmp_path, host, extra=("-e", "llm_bench_batch_model=/m/x.gguf",
+                                                  "-e", "llm_bench_batch_llama_bench=/b/llama-bench"))
+    assert set(flags(c)[:1] + (flags(c)[1]["-m"],) for c in out[REPORT]) == {("/b/llama-bench", "/m/x.gguf")}
+    assert not any("-ts" in flags(c)[1] or "-dev" in flags(c)[1] for c in out[REPORT])
