@@ -96,6 +96,18 @@ payload_paths:
   returned: always
   type: dict
   sample: {target: /srv/models/Qwen3.8-27B-Uncensored-GGUF/Qwen3.8-27B-Uncensored-Q8_0.gguf}
+payload:
+  description:
+    - The payload as the fetch role declares it, settled - C(manifest) (the entries of C(gguf_fetch_manifest) as this step
+      typed them; V([]) where it refused the value, a refusal that fails the step) and C(models_dir) (C(gguf_fetch_models_dir),
+      an absolute path). The plan (C(llm_plan_manifest), C(llm_plan_models_dir)) finds the payload here.
+    - Never the fetch's token (C(gguf_fetch_token)) - this result is printed; the plan takes its own, C(llm_plan_url_token).
+  returned: always
+  type: dict
+  sample: {models_dir: /var/lib/dankfleet/models,
+           manifest: [{name: m, role: target, repo: org/m, revision: main, file: m-Q8_0.gguf,
+                       url: "https://huggingface.co/org/m/resolve/main/m-Q8_0.gguf", size: 31457990112,
+                       sha256: "<64 hex digits>"}]}
 serve:
   description: The serve settings the plan is made for (C(llm_plan_serve)), settled to their types.
   returned: always

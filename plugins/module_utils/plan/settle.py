@@ -15,7 +15,8 @@ templated, and the roles' argument specs; unit tests call it directly.
   against the devices, extra args that shadow a planned flag, HIP's bare environment names, the speculative
   chain, vision), each message naming the variable the operator edits and the fix;
 * ``settle``: all of the above at once, and the serve role's inputs (install prefix, payload paths, the plan's
-  serve settings with their origin, the port-handover units).
+  serve settings with their origin, the port-handover units), the payload the plan finds (manifest, models dir) and
+  where the service lives.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -71,6 +72,8 @@ PLAN_SERVE = (
     ("mmproj_device", "str"), ("mmproj_offload", "raw"), ("image_min_tokens", "int"), ("image_max_tokens", "int"),
 )
 PAYLOAD_ROLES = ("target", "drafter", "mmproj")
+# gguf_fetch_models_dir's documented default (the action passes the spec's; a caller of settle() alone may not)
+MODELS_DIR = "/var/lib/dankfleet/models"
 # What the step's checks and its result read, whether or not the inventory sets them (the documented default fills
 # the rest): the serve settings, what serve_problems cross-checks, the payload's, the build's and the retire's.
 READS = tuple("llama_server_" + key for key, _ in PLAN_SERVE) + (
@@ -223,6 +226,7 @@ NAMES = {
     "gguf_fetch_manifest[].sha256": (r"(?:sha256:)?[0-9a-fA-F]{64}|FILL[A-Za-z0-9_./-]*",
                                      "64 hex digits (the Hub's LFS oid), or a FILL- placeholder"),
     "gguf_fetch_manifest[].dest_dir": _ABSOLUTE,
+    "gguf_fetch_models_dir": _ABSOLUTE,
     "runtime_retire_runtimes[].name": (r"[A-Za-z0-9][A-Za-z0-9._-]*", "a name of [A-Za-z0-9._-]"),
     "runtime_retire_runtimes[].tag": (r"[A-Za-z0-9][A-Za-z0-9._-]*", "a tag of [A-Za-z0-9._-]"),
     "runtime_retire_runtimes[].units[].name": _PORT_UNIT,
@@ -810,11 +814,11 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
             problems.extend(Problem(name, m) for m in messages)
             settled.pop(name, None)
 
-    manifest = settled.get("gguf_fetch_manifest")
-    manifest = manifest if isinstance(manifest, list) else []
+    payload = payload_record(settled)
+    manifest = payload["manifest"]
     fallback = dict((role, settled.get("llama_server_%s_path" % ("model" if role == "target" else role)))
                     for role in PAYLOAD_ROLES)
-    paths = payload_paths(manifest, settled.get("gguf_fetch_models_dir", "/var/lib/dankfleet/models"),
+    paths = payload_paths(manifest, payload["models_dir"],
                           dict((r, p) for r, p in fallback.items() if isinstance(p, str) and p))
     # a manifest refused above is the one cause: not a second refusal per payload file it cannot name
     manifest_read = not any(p.variable == "gguf_fetch_manifest" for p in problems)
@@ -853,11 +857,23 @@ def settle(values, options, given, host="this host", extra_known=(), placeholder
         "checklist": checklist,
         "install_prefix": settled.get("llama_cpp_build_prefix") or settled.get("llama_server_install_prefix", ""),
         "payload_paths": paths,
+        "payload": payload,
         "serve": serve,
         "origin": origin(serve),
         "port_handover_units": handover_units(settled.get("runtime_retire_runtimes")),
         "service": service_record(settled),
     }
+
+
+def payload_record(settled):
+    """The payload as the fetch role declares it, settled: ``manifest`` (gguf_fetch_manifest's entries as typed above;
+    [] where the inventory's value was refused - that refusal is the step's failure) and ``models_dir``
+    (gguf_fetch_models_dir, its documented default where unset or refused) - what the plan reads to find the payload,
+    so no role reads the fetch role's inputs. Never the fetch's token: this result is printed."""
+    manifest = settled.get("gguf_fetch_manifest")
+    models_dir = settled.get("gguf_fetch_models_dir")
+    return {"manifest": manifest if isinstance(manifest, list) else [],
+            "models_dir": models_dir if isinstance(models_dir, str) and models_dir else MODELS_DIR}
 
 
 def service_record(settled):

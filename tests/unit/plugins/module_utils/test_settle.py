@@ -375,3 +375,20 @@ def test_the_placeholder_refusal_lists_one_item_per_line():
     items = [m for m in messages(out) if 'still to fill' in m]
     assert len(items) == len(s.checklist_lines(out['checklist'])) >= 3, items
     assert all('\n' not in item and len(item) < 300 and ('FILL' in item or 'size 0' in item) for item in items), items
+
+
+def test_the_payload_record_is_the_manifest_as_settled_and_never_the_token():
+    """What the plan finds the payload by (dankfleet_settled.payload): the fetch role's manifest and models dir as
+    this step typed them - never its token (the result is printed)."""
+    out = run({'gguf_fetch_manifest': [dict(TARGET, size='10', dest_dir='/srv/m')], 'gguf_fetch_token': 'hf_s3cret'})
+    assert messages(out) == []
+    assert out['payload'] == {'manifest': [dict(TARGET, size=10, dest_dir='/srv/m')], 'models_dir': '/models'}
+    assert 'hf_s3cret' not in repr(out)
+    # a refused manifest or models dir is no payload: the step fails naming each; the record holds neither value
+    out = run({'gguf_fetch_manifest': [dict(TARGET, size='big')], 'gguf_fetch_models_dir': 'models'})
+    assert {p.variable for p in out['problems']} == {'gguf_fetch_manifest', 'gguf_fetch_models_dir'}
+    assert out['payload'] == {'manifest': [], 'models_dir': s.MODELS_DIR}
+    assert "gguf_fetch_models_dir: 'models' is not an absolute path" in messages(out)
+    # unset (a caller of settle() alone): the fetch role's documented default
+    out = s.settle({'gguf_fetch_manifest': [TARGET]}, OPTIONS, ['gguf_fetch_manifest'])
+    assert out['payload']['models_dir'] == '/var/lib/dankfleet/models' == OPTIONS['gguf_fetch_models_dir']['default']
