@@ -121,7 +121,9 @@ class RangeSource(object):
                                "declared: a lying or changed file; nothing was used"
                                % (asked, _short(content_range)))
         if status != 206:
-            hint = " (a gated file: give token)" if status in (401, 403) else ""
+            # the module's option, and the inventory's where the plan reads the url (gguf_fetch_token is the fetch's)
+            hint = (" (a gated file: give token - the plan's is llm_plan_url_token, vaulted in the inventory)"
+                    if status in (401, 403) else "")
             raise self._refuse("HTTP %d %s for %s%s; nothing was used"
                                % (status, _short(resp.reason), asked, hint))
         encoding = (resp.headers.get("Content-Encoding") or "identity").strip().lower()

@@ -6,8 +6,9 @@ another role's prefix (`<role>_*`, `_<role>_*`, `__<role>_*`, or the role's own 
 publishes: a name its tasks set (set_fact or register) that is public, or that its meta/argument_specs.yml names.
 The fleet-wide `dankfleet_*` settings (the dankfleet role, the settle step's result) are everyone's.
 
-What is read today without being published is listed in INPUT_READS - the debt issue 32 (items 1-2: one serve shape)
-pays off; the list must shrink, never grow: a new read fails, and so does an entry no role reads any more.
+No role reads another role's input: a read of one fails (the self-test below proves the finder sees one). What a
+role needs of another's inputs comes through the settle step's result (dankfleet_settled: llm_plan takes the fetch's
+manifest as `payload`, llm_bench finds the served env file through `service`) or from its caller.
 docs/ARCHITECTURE.md's "Role to role" block is drawn from what this test finds, and must say the same."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -29,10 +30,6 @@ BARE = {'when', 'that', 'changed_when', 'failed_when', 'until'}
 DOC = os.path.join(REPO, 'docs', 'ARCHITECTURE.md')
 BEGIN, END = '<!-- role-to-role: drawn by tests/unit/roles/test_role_to_role.py -->', '<!-- role-to-role end -->'
 
-# (reader, variable) read today though the owner does not publish it: llm_plan's defaults take the fetch role's
-# manifest. It goes with the typed serve shape. (llm_bench's reads of the serve role's inputs are paid: the bench
-# takes the served env file, found through the settle step's dankfleet_settled.service.)
-INPUT_READS = {('llm_plan', 'gguf_fetch_' + n) for n in ('manifest', 'models_dir', 'token')}
 
 
 def owner(name):
@@ -112,26 +109,36 @@ def published(role):
     return set(n for n in sets if not n.startswith('_') or re.search(r'\b%s\b' % re.escape(n), documented))
 
 
-def cross_reads():
-    """{(owner, variable, reader): [files]} of every read of another role's variable."""
-    found = {}
+def role_texts():
+    """(reader, file relative to the role, text) of every file of every role the finder reads."""
     for reader in ROLES:
         for path in _role_files(reader):
             with open(path) as handle:
-                text = handle.read()
-            for name in reads_of_text(text, path.endswith(('.yml', '.yaml'))):
-                own = owner(name)
-                if own and own != reader and own not in SHARED:
-                    found.setdefault((own, name, reader), []).append(os.path.relpath(path, os.path.join(REPO, 'roles', reader)))
+                yield reader, os.path.relpath(path, os.path.join(REPO, 'roles', reader)), handle.read()
+
+
+def cross_reads(texts=None):
+    """{(owner, variable, reader): [files]} of every read of another role's variable (texts: role_texts())."""
+    found = {}
+    for reader, rel, text in (role_texts() if texts is None else texts):
+        for name in reads_of_text(text, rel.endswith(('.yml', '.yaml'))):
+            own = owner(name)
+            if own and own != reader and own not in SHARED:
+                found.setdefault((own, name, reader), []).append(rel)
     return found
 
 
+def input_reads(found):
+    """[(reader, variable)] of the reads of another role's input (a name its owner does not publish)."""
+    return sorted(set((reader, name) for own, name, reader in found if name not in published(own)))
+
+
 def drawn(found):
-    """The ARCHITECTURE.md block: one line per read, published results first."""
+    """The ARCHITECTURE.md block: one line per read, published results first (an INPUT line fails the test above)."""
     lines = []
     for kind in ('result', 'INPUT'):
         for own, name, reader in sorted(found):
-            is_input = (reader, name) in INPUT_READS or name not in published(own)
+            is_input = name not in published(own)
             if is_input == (kind == 'INPUT'):
                 lines.append('%-16s ── %-36s ──▶ %-14s %s' % (own, name, reader, kind if is_input else ''))
     return [line.rstrip() for line in lines]
@@ -157,13 +164,27 @@ def test_the_published_results_are_found():
 
 
 def test_no_role_reads_another_roles_inputs():
-    found = cross_reads()
-    inputs = set((reader, name) for own, name, reader in found if name not in published(own))
-    new = sorted(inputs - INPUT_READS)
-    assert new == [], ('a role reads another role\'s inputs (take its published result, or have the caller pass it): '
-                       + ', '.join('%s reads %s' % pair for pair in new))
-    gone = sorted(INPUT_READS - inputs)
-    assert gone == [], 'no longer read - take off INPUT_READS: %s' % gone
+    new = input_reads(cross_reads())
+    assert new == [], ('a role reads another role\'s inputs (take its published result, the settle step\'s '
+                       'dankfleet_settled, or have the caller pass it): ' + ', '.join('%s reads %s' % pair for pair in new))
+
+
+def test_a_read_of_another_roles_input_is_found_where_the_roles_keep_it():
+    """The check above can fail: the repo's roles with the reads paid off in issue 32 put back (llm_plan's defaults
+    taking the fetch role's manifest and token) and a serve-role template reading a plan input, as a role's own files
+    would hold them; a read of a published result (llm_plan, gguf_fetch_paths) or of the settle step's result is none."""
+    planted = [
+        ('llm_plan', 'defaults/main.yml', 'llm_plan_url_token: "{{ gguf_fetch_token | default(\'\') }}"\n'
+                                          'llm_plan_manifest: "{{ gguf_fetch_manifest | default([]) }}"\n'),
+        ('llama_server', 'templates/planted.j2', '{% if llm_plan_floor_bytes > 0 %}{{ llm_plan.ctx_size }}{% endif %}'),
+        ('llm_bench', 'tasks/planted.yml', '- name: x\n  ansible.builtin.debug: {msg: "{{ gguf_fetch_paths.target }}"}\n'
+                                           '  when: dankfleet_settled.payload.manifest | length > 0\n'),
+    ]
+    found = cross_reads(list(role_texts()) + planted)
+    assert input_reads(found) == [('llama_server', 'llm_plan_floor_bytes'), ('llm_plan', 'gguf_fetch_manifest'),
+                                  ('llm_plan', 'gguf_fetch_token')]
+    assert found[('gguf_fetch', 'gguf_fetch_manifest', 'llm_plan')] == ['defaults/main.yml']
+    assert 'llm_plan_floor_bytes                 ──▶ llama_server   INPUT' in '\n'.join(drawn(found))
 
 
 def test_architecture_draws_the_role_to_role_reads():

@@ -116,6 +116,8 @@ def test_the_token_goes_to_the_server_and_never_into_a_message(tmp_path, capsys)
         url = "http://127.0.0.1:%d/m.gguf" % port
         denied, _ = run(capsys, url=url)
         assert denied["failed"] and "HTTP 401" in denied["msg"] and "give token" in denied["msg"]
+        # the option the plan's operator sets: the plan reads a url with its own token, never the fetch's
+        assert "llm_plan_url_token" in denied["msg"]
         ok, facts = run(capsys, url=url, token="s3cret-token")
         assert not ok.get("failed") and facts["block_count"] == model["block_count"]
         bad, _ = run(capsys, url=url, token="s3cret-token\n")
