@@ -152,6 +152,30 @@ def test_a_header_without_a_record_is_read_from_the_manifest_url(overlay, tmp_pa
                               "could not be read: http://127.0.0.1:%d/t.gguf: cannot read the header" % port), gone
 
 
+def test_a_gated_url_is_read_with_the_plans_own_token_never_the_fetchs(overlay, tmp_path):
+    """A gated repository (its url answers 401 without the token): the plan reads the header with llm_plan_url_token.
+    gguf_fetch_token is the fetch role's input, which no other role reads (issue 32) and which the settle step does not
+    carry in its printed result: set alone, the plan cannot read the url and says to set llm_plan_url_token."""
+    summary = "Fleet summary (one verdict per host)"
+    by_record = msg_of(playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2"), summary)
+    server, port = range_http_server.serve(str(overlay), token="hf_g4ted")
+    try:
+        manifest = json.loads((overlay / "manifest.json").read_text())
+        manifest[0]["url"] = "http://127.0.0.1:%d/t.gguf" % port
+        fetch_only = {"gguf_fetch_manifest": manifest, "dankfleet_plan_header_facts": {}, "gguf_fetch_token": "hf_g4ted"}
+        (tmp_path / "fetch.json").write_text(json.dumps(fetch_only))
+        (tmp_path / "plan.json").write_text(json.dumps(dict(fetch_only, llm_plan_url_token="hf_g4ted")))
+        denied = playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "fetch.json"))
+        read = playbook(overlay, "playbooks/plan.yml", "--limit", "gpu-node-2", "-e", "@%s" % (tmp_path / "plan.json"))
+    finally:
+        server.close()
+    line = msg_of(denied, summary)[1]
+    assert line.startswith("gpu-node-2: cannot plan:") and "HTTP 401" in line and "llm_plan_url_token" in line, line
+    assert msg_of(read, summary) == by_record
+    # the token is in no printed result: not the settle step's (dankfleet_settled), not the plan's
+    assert "hf_g4ted" not in json.dumps(denied) + json.dumps(read)
+
+
 def test_a_header_record_whose_file_is_missing_is_said_as_that(overlay, tmp_path):
     """The inventory names a record the controller does not hold (a moved file): not "no record", but the path."""
     gone = tmp_path / "moved.json"

@@ -31,7 +31,6 @@ DOC = os.path.join(REPO, 'docs', 'ARCHITECTURE.md')
 BEGIN, END = '<!-- role-to-role: drawn by tests/unit/roles/test_role_to_role.py -->', '<!-- role-to-role end -->'
 
 
-
 def owner(name):
     """The role whose prefix names the variable (the longest that fits), else None."""
     bare = name.lstrip('_')
