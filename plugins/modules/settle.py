@@ -128,7 +128,7 @@ service:
       (C(llama_server_user)); an empty string for a value that is not one. The benchmarks find what is served here.
   returned: always
   type: dict
-  sample: {name: frank-medium, env_file: /etc/llama-server/frank-medium.env, user: dank}
+  sample: {name: llama-server, env_file: /etc/llama-server/llama-server.env, user: llama}
 checklist:
   description: One line per variable still holding a placeholder, what in it is to fill.
   returned: always
