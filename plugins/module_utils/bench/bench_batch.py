@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import BenchError, read_vram
+from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import BenchError
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_vram import read_vram
 from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
 
 # Runs inside the transient unit around llama-bench: reports the peak RSS of the bench process

@@ -26,7 +26,8 @@ import random
 import time
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.base.endpoint_client import (
-    BenchError, METRIC_ACCEPTED, METRIC_DRAFT_TOKENS, METRIC_DRAFTS, metric_delta, read_vram, vram_summary)
+    BenchError, METRIC_ACCEPTED, METRIC_DRAFT_TOKENS, METRIC_DRAFTS, metric_delta)
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench.bench_vram import read_vram, vram_summary
 
 SHAPES = ('prose', 'echo', 'structured')
 

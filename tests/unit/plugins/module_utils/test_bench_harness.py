@@ -12,6 +12,7 @@ import yaml
 from ansible_collections.dankfleet.llm.plugins.doc_fragments.endpoint import ModuleDocFragment as EndpointDocFragment
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_batch as bb
 from ansible_collections.dankfleet.llm.plugins.module_utils.base import endpoint_client as be
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_vram as bv
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_report as br
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_spec as bs
 from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_turns as bt
@@ -331,11 +332,11 @@ def test_metrics_parse_and_delta():
 
 
 def test_vram_readers(tmp_path):
-    cards = be.parse_nvidia_smi_memory('0, 81234, 143771\n1, 500, 143771\nNo devices were found\n')
+    cards = bv.parse_nvidia_smi_memory('0, 81234, 143771\n1, 500, 143771\nNo devices were found\n')
     assert [(c['card'], c['used_mib']) for c in cards] == [('CUDA0', 81234.0), ('CUDA1', 500.0)]
     rocm = json.dumps({'card1': {'VRAM Total Memory (B)': '34208743424', 'VRAM Total Used Memory (B)': '31000000000'},
                        'card0': {'VRAM Total Memory (B)': '34208743424', 'VRAM Total Used Memory (B)': '1048576'}})
-    parsed = be.parse_rocm_smi_memory('WARNING: something\n' + rocm)
+    parsed = bv.parse_rocm_smi_memory('WARNING: something\n' + rocm)
     got = [(c['card'], c['source_card'], c['used_mib']) for c in parsed]
     assert got == [('ROCm0', 'card0', 1.0), ('ROCm1', 'card1', 31000000000 / 1048576.0)]
     for card, used in (('card0', 2 * 1048576), ('card1', 3 * 1048576)):
@@ -343,8 +344,8 @@ def test_vram_readers(tmp_path):
         dev.mkdir(parents=True)
         (dev / 'mem_info_vram_used').write_text('%d\n' % used)
         (dev / 'mem_info_vram_total').write_text('%d\n' % (32 * 1048576))
-    assert [(c['card'], c['used_mib']) for c in be.read_amdgpu_sysfs(str(tmp_path))] == [('ROCm0', 2.0), ('ROCm1', 3.0)]
-    assert be.vram_summary([]) is None
+    assert [(c['card'], c['used_mib']) for c in bv.read_amdgpu_sysfs(str(tmp_path))] == [('ROCm0', 2.0), ('ROCm1', 3.0)]
+    assert bv.vram_summary([]) is None
 
 
 def test_endpoint_options_are_the_ones_the_doc_fragment_documents():
@@ -363,20 +364,20 @@ def _tool(directory, name, output, rc=0):
 
 
 def test_read_vram_asks_nvidia_smi_then_sysfs_then_rocm_smi(tmp_path, monkeypatch):
-    if be.read_amdgpu_sysfs('/') or os.path.exists('/opt/rocm/bin/rocm-smi'):
+    if bv.read_amdgpu_sysfs('/') or os.path.exists('/opt/rocm/bin/rocm-smi'):
         pytest.skip('this host has AMD VRAM counters of its own')
     tools = tmp_path / 'bin'
     tools.mkdir()
     monkeypatch.setenv('PATH', str(tools))
-    assert be.read_vram() == ([], None)
+    assert bv.read_vram() == ([], None)
     rocm = json.dumps({'card0': {'VRAM Total Memory (B)': '2097152', 'VRAM Total Used Memory (B)': '1048576'}})
     _tool(tools, 'rocm-smi', rocm)
-    assert be.read_vram() == ([{'card': 'ROCm0', 'source_card': 'card0', 'used_mib': 1.0, 'total_mib': 2.0}],
+    assert bv.read_vram() == ([{'card': 'ROCm0', 'source_card': 'card0', 'used_mib': 1.0, 'total_mib': 2.0}],
                               'rocm-smi')
     _tool(tools, 'nvidia-smi', 'NVIDIA-SMI has failed', rc=9)     # a failing nvidia-smi: the next reader answers
-    assert be.read_vram()[1] == 'rocm-smi'
+    assert bv.read_vram()[1] == 'rocm-smi'
     _tool(tools, 'nvidia-smi', '0, 81234, 143771')
-    assert be.read_vram() == ([{'card': 'CUDA0', 'used_mib': 81234.0, 'total_mib': 143771.0}], 'nvidia-smi')
+    assert bv.read_vram() == ([{'card': 'CUDA0', 'used_mib': 81234.0, 'total_mib': 143771.0}], 'nvidia-smi')
 
 
 # --- report files ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.dankfleet.llm.plugins.module_utils.base import endpoint_client as be
+from ansible_collections.dankfleet.llm.plugins.module_utils.bench import bench_vram as bv
 from ansible_collections.dankfleet.llm.plugins.module_utils.host import gpu_facts as gf
 from ansible_collections.dankfleet.llm.plugins.module_utils.serve import plan_actual as pa
 from ansible_collections.dankfleet.llm.plugins.module_utils.base import typed_reader as tr
@@ -106,8 +106,8 @@ def test_the_recorded_answers_read_as_they_always_did():
     assert [(r['index'], r['memory_total_mib'], r['link_width']) for r in rows] == [(0, 143771, 16), (1, 143771, 16)]
     assert [r['used_bytes'] for r in pa.parse_compute_apps(COMPUTE_APPS)] == [81234 * 1024 ** 2, 512 * 1024 ** 2]
     assert [r['index'] for r in pa.parse_gpu_uuids(GPU_UUIDS)] == [0, 1]
-    assert [c['used_mib'] for c in be.parse_nvidia_smi_memory('0, 81234, 143771\n')] == [81234.0]
-    assert [c['used_mib'] for c in be.parse_rocm_smi_memory(json.dumps(ROCM_VRAM))] == [1.0, 31000000000 / 1048576.0]
+    assert [c['used_mib'] for c in bv.parse_nvidia_smi_memory('0, 81234, 143771\n')] == [81234.0]
+    assert [c['used_mib'] for c in bv.parse_rocm_smi_memory(json.dumps(ROCM_VRAM))] == [1.0, 31000000000 / 1048576.0]
 
 
 @SETTINGS
@@ -147,7 +147,7 @@ def test_plan_actual_nvidia_smi_rows(which, line, field, value):
 @SETTINGS
 @given(field=st.integers(0, 2), value=hostile.hostile_text())
 def test_bench_nvidia_smi_memory(field, value):
-    kind, got = outcome(lambda: be.parse_nvidia_smi_memory(csv_with('0, 81234, 143771', 0, field, value)),
+    kind, got = outcome(lambda: bv.parse_nvidia_smi_memory(csv_with('0, 81234, 143771', 0, field, value)),
                         tr.ShapeError)
     if kind == 'ok':
         for card in got:
@@ -211,7 +211,7 @@ def test_sysfs_vram(scratch, value, name):
     # the bench's reader of the same files
     write(os.path.join(scratch, 'sys/class/drm/card0/device/mem_info_vram_total' if name.endswith('used')
                        else 'sys/class/drm/card0/device/mem_info_vram_used'), '1048576\n')
-    kind, got = outcome(lambda: be.read_amdgpu_sysfs(scratch), tr.ShapeError)
+    kind, got = outcome(lambda: bv.read_amdgpu_sysfs(scratch), tr.ShapeError)
     if kind == 'ok':
         assert all(0 <= c['used_mib'] <= gf.VRAM_MAX_MIB and 0 <= c['total_mib'] <= gf.VRAM_MAX_MIB for c in got)
 
@@ -222,7 +222,7 @@ def test_sysfs_vram(scratch, value, name):
 @given(case=hostile.hostile_answers(ROCM_VRAM))
 def test_rocm_smi_memory(case):
     _path, answer = case
-    kind, got = outcome(lambda: be.parse_rocm_smi_memory(hostile.dumps(answer)), tr.ShapeError)
+    kind, got = outcome(lambda: bv.parse_rocm_smi_memory(hostile.dumps(answer)), tr.ShapeError)
     if kind == 'ok':
         for card in got:
             assert 0 <= card['used_mib'] <= gf.VRAM_MAX_MIB
@@ -344,7 +344,7 @@ def test_issue_5000_digit_and_impossible_smi_figures_are_refused_by_name(value):
     with pytest.raises(pa.PlanActualError, match=r'smi.csv line 1 used_memory'):
         pa.parse_compute_apps(csv_with(COMPUTE_APPS, 0, 2, value), 'smi.csv')
     with pytest.raises(tr.ShapeError, match=r'nvidia-smi line 1 memory.used'):
-        be.parse_nvidia_smi_memory('0, %s, 143771\n' % value)
+        bv.parse_nvidia_smi_memory('0, %s, 143771\n' % value)
 
 
 @pytest.mark.parametrize('value', ['9' * 5000, str(10 ** 30)])
@@ -364,20 +364,20 @@ def test_issue_sysfs_vram_negative_or_huge_is_refused_not_recorded(tmp_path, val
     write(os.path.join(str(tmp_path), 'sys/class/drm/card0/device/mem_info_vram_used'), value + '\n')
     write(os.path.join(str(tmp_path), 'sys/class/drm/card0/device/mem_info_vram_total'), '1048576\n')
     with pytest.raises(tr.ShapeError, match=r'mem_info_vram_used'):
-        be.read_amdgpu_sysfs(str(tmp_path))
+        bv.read_amdgpu_sysfs(str(tmp_path))
     cards, source = _read_vram_of(str(tmp_path))
     assert cards == [] and source.startswith('refused: ') and 'mem_info_vram_used' in source
 
 
 def _read_vram_of(root):
-    saved = be.read_amdgpu_sysfs
+    saved = bv.read_amdgpu_sysfs
     try:
-        be.read_amdgpu_sysfs = lambda _root='/': saved(root)
-        be._which, which = (lambda name: None), be._which
-        return be.read_vram()
+        bv.read_amdgpu_sysfs = lambda _root='/': saved(root)
+        bv._which, which = (lambda name: None), bv._which
+        return bv.read_vram()
     finally:
-        be.read_amdgpu_sysfs = saved
-        be._which = which
+        bv.read_amdgpu_sysfs = saved
+        bv._which = which
 
 
 def test_issue_a_saved_facts_file_with_impossible_vram_is_refused(tmp_path):
