@@ -59,7 +59,7 @@ def test_architecture_lists_every_file_in_its_group():
     rows = dict((m.group(1), sorted(re.findall(r"`(\w+)`", m.group(2))))
                 for m in re.finditer(r"(?m)^\| `(\w+)/` \|[^|]*\| ([^|]*) \|$", text))
     assert rows == dict((group, _files(group)) for group in GROUPS), \
-        "docs/ARCHITECTURE.md's module_utils table names each group's files (python3 layout.py writes it)"
+        "docs/ARCHITECTURE.md's module_utils table names each group's files (add a moved or new file to its group's row)"
 
 
 def test_every_import_names_a_file():
