@@ -34,6 +34,7 @@ CGROUP_LINE = re.compile(r'(?P<id>[0-9]{1,10}):(?P<controllers>[^:]{0,4096}):(?P
 CGROUP_UNIT = re.compile(r'[A-Za-z0-9:_.@\\-]{1,247}\.(?:service|scope|slice)\Z')
 CGROUP_MAX_BYTES = 64 * 1024
 CGROUP_MAX_LINES = 64
+CGROUP_MAX_UNITS = 64  # a real path nests a handful (user.slice/user-1000.slice/user@1000.service/app.slice/x.scope)
 CHECKSUM_MAX_BYTES = 16 * 1024 * 1024
 
 
@@ -189,7 +190,7 @@ def cgroup_units(text):
             continue
         read = True
         for part in match.group('path').split('/'):
-            if CGROUP_UNIT.match(part) and part not in units:
+            if CGROUP_UNIT.match(part) and part not in units and len(units) < CGROUP_MAX_UNITS:
                 units.append(part)
     return units if read else None
 

@@ -24,7 +24,7 @@ from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader im
     INT_LIMIT, LINE_MAX, Bool, Int, List, Obj, Optional, ShapeError, Str, printable, read)
 
 HOLDERS_MAX = 4096
-UNITS_MAX = 64
+UNITS_MAX = 64  # host_state.CGROUP_MAX_UNITS: the host names at most these
 UNIT = Str(max_len=255, min_len=1, name=True, what='a systemd unit name')
 HOLDER = Obj({
     'pid': Int(lo=1, hi=INT_LIMIT),
