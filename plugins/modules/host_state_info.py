@@ -174,7 +174,11 @@ units:
   returned: always
   type: dict
 ports:
-  description: One entry per asked port, keyed by the port as a string, C({listening, holders, lines}); a holder is C({pid, name}).
+  description:
+    - One entry per asked port, keyed by the port as a string, C({listening, holders, lines}); a holder is C({pid, name, units}).
+    - A holder's C(units) are the systemd units on its C(/proc/<pid>/cgroup) paths, outermost first (C(system.slice),
+      C(ollama.service)); C(null) when that file could not be read as cgroup text (the process is gone, or the file is
+      not of the kernel's shape), an unknown unit, never a guess. The filter C(dankfleet.llm.port_holders) judges them.
   returned: always
   type: dict
 commands:
@@ -186,7 +190,7 @@ commands:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.host.host_state import (
-    HostStateError, command_state, group_state, parse_ports, parse_unit, path_state, unit_command, unit_spec,
+    HostStateError, add_holder_units, command_state, group_state, parse_ports, parse_unit, path_state, unit_command, unit_spec,
     user_state)
 
 ARGUMENT_SPEC = dict(
@@ -235,7 +239,7 @@ def main():
             rc, out, err = module.run_command([ss, '-Hltnp'])
             if rc != 0:
                 raise HostStateError('ports: ss -Hltnp failed (%s)' % err.strip())
-            result['ports'] = parse_ports(out, params['ports'])
+            result['ports'] = add_holder_units(parse_ports(out, params['ports']))
     except HostStateError as exc:
         module.fail_json(msg='dankfleet.llm.host_state_info: %s' % exc)
     module.exit_json(changed=False, **result)

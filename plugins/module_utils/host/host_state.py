@@ -28,6 +28,13 @@ INT_PROPERTIES = ('MainPID', 'NRestarts')
 # ss -Hltnp: ... users:(("llama-server",pid=1234,fd=3),("x",pid=5,fd=6))
 SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>\d+)')
 SS_PORT = re.compile(r':(?P<port>\d+)$')
+# /proc/<pid>/cgroup: `hierarchy-ID:controller-list:cgroup-path` per line (cgroup v2: `0::/system.slice/x.service`)
+CGROUP_LINE = re.compile(r'(?P<id>[0-9]{1,10}):(?P<controllers>[^:]{0,4096}):(?P<path>/[^\x00-\x1f\x7f]{0,4096})\Z')
+# a path component that is a systemd unit a process can run in (or the slice above it); a unit name is at most 255
+CGROUP_UNIT = re.compile(r'[A-Za-z0-9:_.@\\-]{1,247}\.(?:service|scope|slice)\Z')
+CGROUP_MAX_BYTES = 64 * 1024
+CGROUP_MAX_LINES = 64
+CGROUP_MAX_UNITS = 64  # a real path nests a handful (user.slice/user-1000.slice/user@1000.service/app.slice/x.scope)
 CHECKSUM_MAX_BYTES = 16 * 1024 * 1024
 
 
@@ -170,6 +177,45 @@ def parse_ports(text, ports):
             if holder not in entry['holders']:
                 entry['holders'].append(holder)
     return result
+
+
+def cgroup_units(text):
+    """``/proc/<pid>/cgroup`` text -> the systemd units on its cgroup paths, outermost first and each once
+    (``system.slice``, ``ollama.service``; a container's scope under its quadlet's service), or None when no line
+    is of the kernel's shape (a file that is not cgroup text names no unit: unknown, never a guess)."""
+    units, read = [], False
+    for line in text.splitlines()[:CGROUP_MAX_LINES]:
+        match = CGROUP_LINE.match(line)
+        if not match:
+            continue
+        read = True
+        for part in match.group('path').split('/'):
+            if CGROUP_UNIT.match(part) and part not in units and len(units) < CGROUP_MAX_UNITS:
+                units.append(part)
+    return units if read else None
+
+
+def holder_units(pid, proc='/proc'):
+    """The units process pid runs in (cgroup_units of its /proc/<pid>/cgroup), or None when that file cannot be
+    read as cgroup text: the process is gone, the file is refused (not regular, too long) or not UTF-8."""
+    path = '%s/%d/cgroup' % (proc, pid)
+    try:
+        fd = open_read_fd(path, 'cgroup file', CGROUP_MAX_BYTES, follow=False)
+        try:
+            data = read_fd(fd, path, 'cgroup file', CGROUP_MAX_BYTES)
+        finally:
+            os.close(fd)
+        return cgroup_units(data.decode('utf-8'))
+    except (FileRefused, IOError, OSError, UnicodeDecodeError):
+        return None
+
+
+def add_holder_units(ports, reader=holder_units):
+    """Each holder of parse_ports' answer gets ``units``: what it runs in, read on the host (reader(pid))."""
+    for entry in ports.values():
+        for holder in entry['holders']:
+            holder['units'] = reader(holder['pid'])
+    return ports
 
 
 def command_state(name):

@@ -113,6 +113,9 @@ def test_offline_check_diff_plans_only_and_says_nothing_was_read(overlay):
     said = msg_of(result, "Offline - say that nothing of the host was read")
     assert said.startswith("offline: gpu-node-2 was planned from the controller's records only - nothing of the host "
                            "was read")
+    # the port is checked at the first contact with the host; offline the note names it and what must be true
+    assert said.endswith("Not checked: port 8080 must be free, or held by this service or a unit of "
+                         "runtime_retire_runtimes (none declared).")
     names = [short(t) for t in tasks(result)]
     assert "Show the capacity table" in names
     # the play gathers no facts: its own read of the host is there, and skipped offline

@@ -9,6 +9,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import json
+import re
 
 import pytest
 import yaml
@@ -214,20 +215,51 @@ def test_the_user_refusals_are_the_message_they_replaced(exists, create, lacking
     assert _outcome(now, variables) == _outcome(OLD_USER_TASK, variables)
 
 
-@settings(max_examples=40, deadline=None)
+PORT_CHECK = role_file('llama_server', 'tasks', 'port_check.yml')
+CGROUP_UNITS = {'/system.slice/ollama.service': ['system.slice', 'ollama.service'],
+                '/system.slice/other.service': ['system.slice', 'other.service'], '/user.slice': ['user.slice'], '': None}
+
+
+@settings(max_examples=60, deadline=None)
 @given(foreign=st.lists(st.sampled_from(['11', '12', '13']), unique=True, max_size=3),
        handover=st.lists(st.sampled_from(['ollama.service', 'vllm.service']), unique=True, max_size=2),
-       cgroup=st.sampled_from(['/system.slice/ollama.service', '/system.slice/other.service', '/user.slice']))
-def test_the_port_messages_are_the_ones_they_replaced(foreign, handover, cgroup):
-    variables = {'_llama_server_port_foreign': foreign, 'llama_server_port_handover_units': handover,
-                 '__llama_server_port_cgroups': {'results': [{'item': pid, 'stdout': '0::' + cgroup} for pid in foreign]},
-                 'llama_server_port': 8080, '_llama_server_port_ss': 'LISTEN 0 4096 *:8080 users:(("ollama",pid=11))',
-                 'llama_server_service_name': 'llama-server', '_llama_server_main_pid': '0'}
+       cgroup=st.sampled_from(sorted(CGROUP_UNITS)), main_pid=st.sampled_from([0, 12]))
+def test_the_port_messages_are_the_ones_they_replaced(foreign, handover, cgroup, main_pid):
+    """port_check.yml over dankfleet.llm.port_holders says what the Jinja over `cat /proc/<pid>/cgroup` said: the
+    host's holders now carry their units (host_state_info), `''` the cgroup text cat could not read (unknown)."""
+    ss = 'LISTEN 0 4096 *:8080 users:(("ollama",pid=11))'
+    holders = [{'pid': int(pid), 'name': 'ollama', 'units': CGROUP_UNITS[cgroup]} for pid in foreign]
+    if main_pid:
+        holders.append({'pid': main_pid, 'name': 'llama-server', 'units': ['system.slice', 'llama-server.service']})
+    read = {'ports': {'8080': {'listening': bool(holders), 'holders': holders, 'lines': [ss]}},
+            'units': {'llama-server.service': {'MainPID': main_pid}}}
+    others = [pid for pid in foreign if pid != str(main_pid)]
+    old_vars = {'_llama_server_port_foreign': others, 'llama_server_port_handover_units': handover,
+                '__llama_server_port_cgroups': {'results': [{'item': pid, 'stdout': '0::' + cgroup if cgroup else ''}
+                                                            for pid in others]},
+                'llama_server_port': 8080, '_llama_server_port_ss': ss,
+                'llama_server_service_name': 'llama-server', '_llama_server_main_pid': str(main_pid)}
+    new_vars = {'_llama_server_port_read': read, 'llama_server_port_handover_units': handover,
+                'llama_server_port': 8080, 'llama_server_service_name': 'llama-server'}
+    judge = task(PORT_CHECK, 'Sort the port\'s holders into this service\'s, handed over and kept (dankfleet.llm.port_holders)')
+    new_vars['_llama_server_port_holders'] = render_expr(
+        judge['ansible.builtin.set_fact']['_llama_server_port_holders'], new_vars, judge['vars'])
     before = OLD_PORT_TASK[0]
-    now = task(PREFLIGHT, 'Refuse a port held by something that is neither this service nor handed over')
-    for key in ('fail_msg', 'success_msg', 'quiet'):
-        assert render_expr(now['ansible.builtin.assert'][key], variables, now['vars']) == \
-            render_expr(before['ansible.builtin.assert'][key], variables, before['vars']), key
+    now = task(PORT_CHECK, 'Refuse a port held by something that is neither this service nor handed over')
+    passes = render_expr('{{ %s }}' % before['ansible.builtin.assert']['that'], dict(old_vars, ansible_check_mode=False),
+                         before['vars'])
+    assert render_expr('{{ %s }}' % now['ansible.builtin.assert']['that'], dict(new_vars, ansible_check_mode=False)) == passes
+    assert render_expr('{{ %s }}' % now['ansible.builtin.assert']['that'], dict(new_vars, ansible_check_mode=True))
+    # the fail_msg shows only when the port is refused
+    for key in ('fail_msg', 'success_msg', 'quiet')[1 if passes else 0:]:
+        assert render_expr(now['ansible.builtin.assert'][key], new_vars) == \
+            _pids_sorted(render_expr(before['ansible.builtin.assert'][key], old_vars, before['vars'])), key
+
+
+def _pids_sorted(message):
+    """The old message's handed pids (Jinja's `difference`, a set: any order) in the order the filter says them."""
+    return re.sub(r'pid\(s\) ([0-9, ]+) of', lambda m: 'pid(s) %s of' % ', '.join(sorted(m.group(1).split(', '), key=int)),
+                  message) if isinstance(message, str) else message
 
 
 # --- the plan: payload paths, RPC workers, headers, the pinned rule ----------------------------------------------
