@@ -4,12 +4,11 @@ import hashlib
 import os
 import pwd
 import shutil
-import socket
-import subprocess
 
 import pytest
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.host import host_state as hs
+from ansible_collections.dankfleet.llm.tests.unit.http_testlib import listening_ss
 
 
 def test_file_dir_link_absent(tmp_path):
@@ -69,11 +68,7 @@ def test_user_groups_include_supplementary():
 
 @pytest.mark.skipif(not shutil.which("ss"), reason="iproute2 ss is not installed")
 def test_ports_from_real_ss():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        port = sock.getsockname()[1]
-        out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    with listening_ss() as (port, out):
         state = hs.parse_ports(out, [port, 1])
     assert state[str(port)]["listening"] is True
     assert state["1"] == {"listening": False, "holders": [], "lines": []}

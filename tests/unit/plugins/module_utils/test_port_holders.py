@@ -7,8 +7,6 @@ __metaclass__ = type
 
 import os
 import shutil
-import socket
-import subprocess
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -19,6 +17,7 @@ from ansible_collections.dankfleet.llm.plugins.filter.port_holders import port_h
 from ansible_collections.dankfleet.llm.plugins.module_utils.host import host_state as hs
 from ansible_collections.dankfleet.llm.plugins.module_utils.serve.port_holders import PortHoldersError, judge
 from ansible_collections.dankfleet.llm.tests.unit import hostile_testlib as hostile
+from ansible_collections.dankfleet.llm.tests.unit.http_testlib import listening_ss
 
 # Recorded /proc/<pid>/cgroup texts: cgroup v2 (a system service, a quadlet's container under its service, a user's
 # session), and a v1/hybrid host whose systemd line is one of many.
@@ -80,11 +79,7 @@ def test_add_holder_units_adds_only_units():
 
 @pytest.mark.skipif(not shutil.which('ss'), reason='iproute2 ss is not installed')
 def test_a_real_listener_is_named_with_its_units():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        sock.listen(1)
-        port = sock.getsockname()[1]
-        out = subprocess.run(['ss', '-Hltnp'], capture_output=True, text=True, check=True).stdout
+    with listening_ss() as (port, out):
         ports = hs.add_holder_units(hs.parse_ports(out, [port]))
     holders = ports[str(port)]['holders']
     mine = [h for h in holders if h['pid'] == os.getpid()]
