@@ -22,14 +22,14 @@ __metaclass__ = type
 
 from ansible_collections.dankfleet.llm.plugins.module_utils.base.typed_reader import (
     INT_LIMIT, LINE_MAX, Bool, Int, List, Obj, Optional, ShapeError, Str, printable, read)
+from ansible_collections.dankfleet.llm.plugins.module_utils.host.host_state import CGROUP_MAX_UNITS
 
 HOLDERS_MAX = 4096
-UNITS_MAX = 64  # host_state.CGROUP_MAX_UNITS: the host names at most these
 UNIT = Str(max_len=255, min_len=1, name=True, what='a systemd unit name')
 HOLDER = Obj({
     'pid': Int(lo=1, hi=INT_LIMIT),
     'name': Str(max_len=LINE_MAX),
-    'units': Optional(List(UNIT, max_len=UNITS_MAX)),
+    'units': Optional(List(UNIT, max_len=CGROUP_MAX_UNITS)),  # the host names at most these
 }, required=('pid',))
 PORT = Obj({
     'listening': Bool(),
