@@ -76,6 +76,13 @@ TOTAL_REL, TOTAL_ABS = 0.01, 64 * MIB
 H200_BYTES = 143771 * MIB          # nvidia-smi memory.total of the issue 9 device
 
 
+def card_bytes(fx):
+    """The GPU's memory.total as the fixture's first nvidia-smi sample read it (an H100's 81559 MiB, an H200's
+    143771); the issue 9 device's for fixtures without one."""
+    gpus = ((fx.get("nvidia_smi") or {}).get("baseline") or {}).get("gpus") or []
+    return gpus[0]["total_mib"] * MIB if gpus else H200_BYTES
+
+
 def load_fixtures(root=FIXTURES):
     root = Path(root)
     models = {p.stem: json.loads(p.read_text()) for p in sorted((root / "models").glob("*.json"))}
@@ -102,16 +109,17 @@ def planner_inputs(fx):
     """(gpus, serve) for fit_plan.plan from a fixture's configuration."""
     c = fx["config"]
     n = c.get("n_devices", 2)
+    card = card_bytes(fx)
     if c["devices"] == "rpc":
         gpus = [{"name": f"RPC{i}", "vram_total_bytes": 64 << 30} for i in range(n)]
         ts = c.get("tensor_split") or [1] * n
     elif c["devices"] == "cuda":
-        gpus = [{"name": "CUDA0", "vram_total_bytes": H200_BYTES}]
+        gpus = [{"name": "CUDA0", "vram_total_bytes": card}]
         ts = [1]
     elif c["devices"] == "cuda+rpc":
-        # the second device is a ggml-rpc-server with the CUDA backend on the same H200
-        gpus = [{"name": "CUDA0", "vram_total_bytes": H200_BYTES}] + [
-            {"name": f"RPC{i}", "vram_total_bytes": H200_BYTES} for i in range(n - 1)]
+        # the second device is a ggml-rpc-server with the CUDA backend on the same GPU
+        gpus = [{"name": "CUDA0", "vram_total_bytes": card}] + [
+            {"name": f"RPC{i}", "vram_total_bytes": card} for i in range(n - 1)]
         ts = c.get("tensor_split") or [1] * n
     else:
         gpus = [{"name": "CPU", "vram_total_bytes": 64 << 30}]

@@ -860,6 +860,25 @@ def matrix_cuda_moe():
     return out
 
 
+# Issue 38's held-out set: qwen3moe_h (benchmarks/moe_models.py: 64 experts of 1280, 6 used, n_embd 2560, 40 blocks), a
+# model no MoE constant was fitted on, at shapes the fitted set did not have (ub 1024, ctx 49152, N = 12 and 30,
+# -ts 3,1, q8_0 KV with experts on the host): all on the GPU, split, experts on the host, each after a long prompt.
+def matrix_cuda_moe2():
+    out = []
+    for ctx, ub, kv, place, where in ((49152, 512, "f16", CUDA_PLACES[0], {}),
+                                      (131072, 1024, "q8_0", CUDA_PLACES[0], {}),
+                                      (65536, 1024, "f16", ("ts31", [3, 1]), {}),
+                                      (65536, 512, "f16", CUDA_PLACES[0], {"n_cpu_moe": 12}),
+                                      (65536, 1024, "q8_0", CUDA_PLACES[0], {"n_cpu_moe": 30}),
+                                      (49152, 1024, "f16", CUDA_PLACES[0], {"cpu_moe": True}),
+                                      (65536, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True, "load_mode": "none"})):
+        tag = ("-ncmoe%d" % where["n_cpu_moe"] if where.get("n_cpu_moe") else "") + (
+            "-cmoe" if where.get("cpu_moe") else "") + ("-lm%s" % where["load_mode"] if where.get("load_mode") else "")
+        out.append(_cuda_cfg(f"qwen3moe_h-c{ctx}-np1-ub{ub}-{kv}{tag}-{place[0]}", "qwen3moe_h", place, ctx=ctx,
+                             ubatch=ub, cache_type_k=kv, cache_type_v=kv, long_prompt=MOE_LONG_PROMPT, **where))
+    return out
+
+
 # Issue 34: the 27B target beside a generated real-size qwen3vl_merger projector (gen_models "mmproj-qwen35" at scale
 # real: 27 layers x 1152, 4304 FFN, 16-pixel patches merged 2 x 2, projecting into the target's 5120) in the
 # production serve shape at 65536: the limit at b11434's default (4096 tokens), 1024 and 8192, the projector on the
@@ -880,7 +899,7 @@ def matrix_cuda_vision():
 
 
 SETS = {"cpu": matrix, "cuda-h200": matrix_cuda, "cuda-h200-27b": matrix_cuda_27b, "cuda-h200-swa": matrix_cuda_swa,
-        "cuda-h200-block": matrix_cuda_block, "cuda-h200-moe": matrix_cuda_moe,
+        "cuda-h200-block": matrix_cuda_block, "cuda-h200-moe": matrix_cuda_moe, "cuda-h200-moe2": matrix_cuda_moe2,
         "cuda-h200-vision": matrix_cuda_vision}
 
 
@@ -1005,7 +1024,7 @@ def main(argv=None):
     p.add_argument("--bindir", default=str(PREFIX / "bin"))
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
                    help="which matrix (cpu: issue 3; cuda-h200: issue 9; cuda-h200-27b: issue 19; cuda-h200-swa: issue 17; "
-                   "cuda-h200-block: issue 24; cuda-h200-moe: issue 38; cuda-h200-vision: issue 34)")
+                   "cuda-h200-block: issue 24; cuda-h200-moe: issue 38; cuda-h200-moe2: its held-out model; cuda-h200-vision: issue 34)")
     p.add_argument("--models-dir", default=None, help=f"where the matrix models are generated (default {MODELS})")
     p.add_argument("--no-fit-params", action="store_true", help="skip llama-fit-params during the matrix")
     p.add_argument("--fit-params-only", action="store_true",

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Prepare the carried folder of a measurement set's device calls (run here):
 #
-#   [SET=block|moe|vision] tests/gpu/make_bundle_block.sh DEST
+#   [SET=block|moe|moe2|vision[+...]] tests/gpu/make_bundle_block.sh DEST
 #       (DEST: a git-ignored folder of the checkout the device tool sends, e.g. /work/main/.device/drafter;
 #        then carry it and run `bash .device/drafter/go.sh 560`. SET: the set of tests/gpu/set_pipeline.sh,
-#        block (issue 24) unless given; moe: issue 38, vision: issue 34)
+#        block (issue 24) unless given; moe: issue 38, moe2: its held-out model, vision: issue 34;
+#        several joined by + share one machine and one build)
 #
 # DEST gets: bundle.tar (this checkout, no .git/.venv/CPU fixtures), the b11434 sdist, go.sh (tests/gpu/set_go.sh),
 # the set's name (DEST/set) and site/ (the venv's pure-Python gguf package, which the device's python lacks).

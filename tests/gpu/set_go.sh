@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command of every device call of a measurement set, from the carried folder
-# (SET=block|moe|vision tests/gpu/make_bundle_block.sh DEST writes the set into DEST/set):
+# (SET=block|moe|moe2|vision[+...] tests/gpu/make_bundle_block.sh DEST writes the set into DEST/set):
 #
 #   bash .device/<dest>/go.sh [WAIT_S]          (ONLY=REGEX on the first call: only the loads it matches)
 #
@@ -33,6 +33,6 @@ while [[ ! -f $W/done ]] && (( $(date +%s) - T0 < LIMIT )); do sleep 5; done
 tar -czf "$OUT/results.tgz" -C "$W" out
 cat "$W/out/progress.log"
 echo "---- pipeline.log"; tail -n 20 "$W/out/pipeline.log"
-echo "---- matrix.log"; tail -n 30 "$W/out/matrix.log" 2>/dev/null
+echo "---- matrix logs"; tail -n 12 "$W"/out/matrix*.log 2>/dev/null
 echo "---- build.log"; tail -n 5 "$W/out/build.log" 2>/dev/null
 nvidia-smi --query-gpu=memory.used --format=csv,noheader

