@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -308,6 +309,27 @@ def test_plan_playbook_plans_every_host_offline_in_one_run(tmp_path):
                 "FILL-mmproj-f16.gguf"}
     assert production_placeholders() >= expected
     assert_planned_offline(ansible_playbook("-i", str(unreachable(tmp_path)), "playbooks/plan.yml"))
+
+
+def test_a_reachable_host_is_told_who_holds_its_port_and_the_plan_goes_on(tmp_path):
+    """plan.yml asks a host that answers who holds llama_server_port (the deploy's first-contact check, reported
+    with llama_server_port_check: report): a holder the deploy would refuse is named, and the plan still ends in its
+    summary and checklist with nothing failed."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        run = ansible_playbook("-i", str(overlay(tmp_path)), "playbooks/plan.yml", "--limit", "dankserver",
+                               "-e", json.dumps({"llama_server_port": port}))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert re.search(r"dankserver\s*: ok=\d+\s+changed=0 .*failed=0", run.stdout), run.stdout[-1500:]
+    said = [json.loads(m) for m in re.findall(r'"msg": ("(?:[^"\\]|\\.)*")', run.stdout)]
+    said = [m for m in said if m.startswith("port %d is held now by " % port)]
+    assert len(said) == 1, run.stdout[-4000:]
+    assert "pid=%d" % os.getpid() in said[0] and said[0].endswith(
+        "a deploy (not --check) refuses here. Declare that runtime in runtime_retire_runtimes or choose another "
+        "llama_server_port."), said[0]
+    assert "TASK [Checklist" in run.stdout
 
 
 def test_deploy_plan_tag_offline_plans_and_changes_nothing():

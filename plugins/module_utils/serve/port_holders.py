@@ -60,7 +60,7 @@ def judge(port_entry, main_pid, handover_units, port, service):
     ``.service``). Returns {kept, handed, free, unnamed, lines, refusal, note}: kept and handed are holders
     ({pid, name, units}, one per pid, as ss listed them); free: no holder but this service; unnamed: ss shows a
     listener and no process (no CAP_SYS_PTRACE over its /proc/<pid>/fd); refusal: the failure message ('' when
-    nothing is kept); note: what a passing or check-mode run says.
+    nothing is kept); note: what a passing, check-mode or plan run says.
     """
     entry = _read(PORT, port_entry, SOURCE)
     main = _read(MAIN_PID, main_pid, 'the MainPID of %s.service' % printable(service))
@@ -81,8 +81,9 @@ def judge(port_entry, main_pid, handover_units, port, service):
             'port %s is held by %s, not by %s.service (MainPID %d) nor by a unit the retire stage stops (%s). Declare '
             'that runtime in runtime_retire_runtimes (its units or quadlets, with the port) or choose another '
             'llama_server_port. Nothing was changed.' % (port, lines, printable(service), main, declared or 'none declared'))
-        note = ('check mode: port %s is held now by %s, which no unit the retire stage stops explains; a real run '
-                'refuses here.' % (port, lines))
+        note = ('port %s is held now by %s, which no unit the retire stage stops explains: a deploy (not --check) '
+                'refuses here. Declare that runtime in runtime_retire_runtimes or choose another llama_server_port.'
+                % (port, lines))
     elif handed:
         note = ('port %s is held by pid(s) %s of %s, which the retire stage stops before the restart'
                 % (port, ', '.join(str(pid) for pid in sorted(h['pid'] for h in handed)), declared))

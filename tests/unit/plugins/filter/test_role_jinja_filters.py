@@ -76,9 +76,10 @@ OLD_PORT_TASK = yaml.safe_load(r"""
       runtime in runtime_retire_runtimes (its units or quadlets, with the port) or choose another llama_server_port.
       Nothing was changed.
     success_msg: >-
-      {% if _kept | length > 0 %}check mode: port {{ llama_server_port }} is held now by
-      {{ _llama_server_port_ss }}, which no unit the retire stage stops explains; a real run
-      refuses here.{% elif _handed | length > 0 %}port {{ llama_server_port }} is held by pid(s) {{ _handed | join(', ') }}
+      {% if _kept | length > 0 %}port {{ llama_server_port }} is held now by
+      {{ _llama_server_port_ss }}, which no unit the retire stage stops explains: a deploy (not --check)
+      refuses here. Declare that runtime in runtime_retire_runtimes or choose another
+      llama_server_port.{% elif _handed | length > 0 %}port {{ llama_server_port }} is held by pid(s) {{ _handed | join(', ') }}
       of {{ llama_server_port_handover_units | join(', ') }}, which the retire stage stops before the restart{% else %}port
       {{ llama_server_port }} is free or this service's{% endif %}
     quiet: "{{ _kept | length == 0 and _handed | length == 0 }}"
@@ -240,7 +241,7 @@ def test_the_port_messages_are_the_ones_they_replaced(foreign, handover, cgroup,
                 'llama_server_port': 8080, '_llama_server_port_ss': ss,
                 'llama_server_service_name': 'llama-server', '_llama_server_main_pid': str(main_pid)}
     new_vars = {'_llama_server_port_read': read, 'llama_server_port_handover_units': handover,
-                'llama_server_port': 8080, 'llama_server_service_name': 'llama-server'}
+                'llama_server_port': 8080, 'llama_server_service_name': 'llama-server', 'llama_server_port_check': 'refuse'}
     judge = task(PORT_CHECK, 'Sort the port\'s holders into this service\'s, handed over and kept (dankfleet.llm.port_holders)')
     new_vars['_llama_server_port_holders'] = render_expr(
         judge['ansible.builtin.set_fact']['_llama_server_port_holders'], new_vars, judge['vars'])
@@ -250,6 +251,9 @@ def test_the_port_messages_are_the_ones_they_replaced(foreign, handover, cgroup,
                          before['vars'])
     assert render_expr('{{ %s }}' % now['ansible.builtin.assert']['that'], dict(new_vars, ansible_check_mode=False)) == passes
     assert render_expr('{{ %s }}' % now['ansible.builtin.assert']['that'], dict(new_vars, ansible_check_mode=True))
+    # plan.yml's report: what the deploy would refuse is said, and the run goes on
+    assert render_expr('{{ %s }}' % now['ansible.builtin.assert']['that'],
+                       dict(new_vars, ansible_check_mode=False, llama_server_port_check='report'))
     # the fail_msg shows only when the port is refused
     for key in ('fail_msg', 'success_msg', 'quiet')[1 if passes else 0:]:
         assert render_expr(now['ansible.builtin.assert'][key], new_vars) == \

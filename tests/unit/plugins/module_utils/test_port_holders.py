@@ -120,7 +120,9 @@ def test_anything_else_is_kept_with_the_cause_and_the_fix(units):
         'port 8080 is held by %s, not by llm.service (MainPID 0) nor by a unit the retire stage stops (ollama.service). '
         'Declare that runtime in runtime_retire_runtimes (its units or quadlets, with the port) or choose another '
         'llama_server_port. Nothing was changed.' % SS)
-    assert verdict['note'].startswith('check mode: port 8080 is held now by ')
+    assert verdict['note'] == (
+        'port 8080 is held now by %s, which no unit the retire stage stops explains: a deploy (not --check) refuses '
+        'here. Declare that runtime in runtime_retire_runtimes or choose another llama_server_port.' % SS)
 
 
 def test_a_unit_named_like_a_handover_unit_only_in_part_is_kept():
