@@ -844,39 +844,38 @@ MOE_LONG_PROMPT = 8192
 HELD_OUT_38 = re.compile(r"-ncmoe40-|-ub2048-q8_0-")
 
 
-def matrix_cuda_moe():
+def _moe_rows(kind, rows):
+    """One load per (ctx, ubatch, KV type, place, expert settings) row of model `kind`, each after a long prompt."""
     out = []
-    for ctx, ub, kv, place, where in ((32768, 512, "f16", CUDA_PLACES[0], {}),
-                                      (131072, 2048, "q8_0", CUDA_PLACES[0], {}),
-                                      (65536, 512, "f16", CUDA_PLACES[1], {}),
-                                      (65536, 512, "f16", CUDA_PLACES[0], {"n_cpu_moe": 24}),
-                                      (65536, 2048, "f16", CUDA_PLACES[0], {"n_cpu_moe": 40}),
-                                      (131072, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True}),
-                                      (131072, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True, "load_mode": "none"})):
+    for ctx, ub, kv, place, where in rows:
         tag = ("-ncmoe%d" % where["n_cpu_moe"] if where.get("n_cpu_moe") else "") + (
             "-cmoe" if where.get("cpu_moe") else "") + ("-lm%s" % where["load_mode"] if where.get("load_mode") else "")
-        out.append(_cuda_cfg(f"qwen3moe_r-c{ctx}-np1-ub{ub}-{kv}{tag}-{place[0]}", "qwen3moe_r", place, ctx=ctx,
+        out.append(_cuda_cfg(f"{kind}-c{ctx}-np1-ub{ub}-{kv}{tag}-{place[0]}", kind, place, ctx=ctx,
                              ubatch=ub, cache_type_k=kv, cache_type_v=kv, long_prompt=MOE_LONG_PROMPT, **where))
     return out
+
+
+def matrix_cuda_moe():
+    return _moe_rows("qwen3moe_r", ((32768, 512, "f16", CUDA_PLACES[0], {}),
+                                    (131072, 2048, "q8_0", CUDA_PLACES[0], {}),
+                                    (65536, 512, "f16", CUDA_PLACES[1], {}),
+                                    (65536, 512, "f16", CUDA_PLACES[0], {"n_cpu_moe": 24}),
+                                    (65536, 2048, "f16", CUDA_PLACES[0], {"n_cpu_moe": 40}),
+                                    (131072, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True}),
+                                    (131072, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True, "load_mode": "none"})))
 
 
 # Issue 38's held-out set: qwen3moe_h (benchmarks/moe_models.py: 64 experts of 1280, 6 used, n_embd 2560, 40 blocks), a
 # model no MoE constant was fitted on, at shapes the fitted set did not have (ub 1024, ctx 49152, N = 12 and 30,
 # -ts 3,1, q8_0 KV with experts on the host): all on the GPU, split, experts on the host, each after a long prompt.
 def matrix_cuda_moe2():
-    out = []
-    for ctx, ub, kv, place, where in ((49152, 512, "f16", CUDA_PLACES[0], {}),
-                                      (131072, 1024, "q8_0", CUDA_PLACES[0], {}),
-                                      (65536, 1024, "f16", ("ts31", [3, 1]), {}),
-                                      (65536, 512, "f16", CUDA_PLACES[0], {"n_cpu_moe": 12}),
-                                      (65536, 1024, "q8_0", CUDA_PLACES[0], {"n_cpu_moe": 30}),
-                                      (49152, 1024, "f16", CUDA_PLACES[0], {"cpu_moe": True}),
-                                      (65536, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True, "load_mode": "none"})):
-        tag = ("-ncmoe%d" % where["n_cpu_moe"] if where.get("n_cpu_moe") else "") + (
-            "-cmoe" if where.get("cpu_moe") else "") + ("-lm%s" % where["load_mode"] if where.get("load_mode") else "")
-        out.append(_cuda_cfg(f"qwen3moe_h-c{ctx}-np1-ub{ub}-{kv}{tag}-{place[0]}", "qwen3moe_h", place, ctx=ctx,
-                             ubatch=ub, cache_type_k=kv, cache_type_v=kv, long_prompt=MOE_LONG_PROMPT, **where))
-    return out
+    return _moe_rows("qwen3moe_h", ((49152, 512, "f16", CUDA_PLACES[0], {}),
+                                    (131072, 1024, "q8_0", CUDA_PLACES[0], {}),
+                                    (65536, 1024, "f16", CUDA_PLACES[2], {}),
+                                    (65536, 512, "f16", CUDA_PLACES[0], {"n_cpu_moe": 12}),
+                                    (65536, 1024, "q8_0", CUDA_PLACES[0], {"n_cpu_moe": 30}),
+                                    (49152, 1024, "f16", CUDA_PLACES[0], {"cpu_moe": True}),
+                                    (65536, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True, "load_mode": "none"})))
 
 
 # Issue 34: the 27B target beside a generated real-size qwen3vl_merger projector (gen_models "mmproj-qwen35" at scale
