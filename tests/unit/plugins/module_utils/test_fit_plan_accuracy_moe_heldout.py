@@ -25,7 +25,6 @@ MIB = 1024 * 1024
 SET = "cuda-h100-moe2"
 FIXTURES, MODELS = fit_accuracy.load_fixtures(fit_accuracy.SETS[SET])
 BY_ID = dict((fx["id"], fx) for fx in FIXTURES)
-EXACT = ("weights", "kv", "recurrent")
 HOST_SIDE = sorted(i for i in BY_ID if "moe" in i.rsplit("np1", 1)[1])
 # (row, device, term): outside the issue's bound, over the measurement (see the docstring)
 OVER = {("qwen3moe_h-c65536-np1-ub1024-q8_0-ncmoe30-cuda", "CUDA0", "compute"),
@@ -38,19 +37,9 @@ def facts(tmp_path_factory):
 
 
 def _rows(fx, facts):
-    """(device, term, error, bound) of every bounded term of one load: components, then the total against nvidia-smi."""
-    out = []
-    for r in fit_accuracy.compare(fx, facts):
-        if r["component"] in EXACT:
-            out.append((r["device"], r["component"], r["error"], MIB))
-        elif r["component"] == "compute" and r["device"] != "host":
-            out.append((r["device"], "compute", r["error"], max(0.10 * r["measured"], 32 * MIB)))
-        elif r["device"] == "host":
-            out.append((r["device"], "host " + r["component"], r["error"], max(0.02 * r["measured"], 256 * MIB)))
-    for r in fit_accuracy.smi_rows(fx, facts):
-        assert r["sample"] == "after_long_prompt"
-        out.append((r["device"], "smi", r["error"], max(0.01 * r["smi_request_bytes"], 64 * MIB)))
-    return out
+    rows = fit_accuracy.bounded_terms(fx, facts)
+    assert all(r["sample"] == "after_long_prompt" for r in fit_accuracy.smi_rows(fx, facts))
+    return rows
 
 
 def test_the_set_is_a_model_never_fitted_on_all_on_the_gpu_split_and_experts_on_the_host():
