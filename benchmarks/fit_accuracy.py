@@ -71,7 +71,9 @@ SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" /
         # issue 38's held-out model (qwen3moe_h: 64 experts of 1280, 6 used), on one H100
         "cuda-h100-moe2": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h100-moe2",
         # issue 34: the 27B target beside a real-size projector, the largest image the limit admits
-        "cuda-h200-vision": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-vision"}
+        "cuda-h200-vision": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-vision",
+        # issue 34's held-out loads on one H100: the projector on each device and the CPU, after the largest image
+        "cuda-h100-vision": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h100-vision"}
 EXACT = ("weights", "kv", "recurrent")
 EXACT_BYTES = 1 * MIB
 COMPUTE_REL, COMPUTE_ABS = 0.10, 32 * MIB
@@ -405,7 +407,7 @@ def main(argv=None):
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
                    help="cpu (issue 3), cuda-h200 (issue 9), cuda-h200-27b (issue 19), cuda-h200-swa (issue 17), "
                    "cuda-h200-block (issue 24), cuda-h200-moe (issue 38), cuda-h100-moe2 (its held-out model), "
-                   "cuda-h200-vision (issue 34)")
+                   "cuda-h200-vision (issue 34), cuda-h100-vision (its held-out loads)")
     p.add_argument("--smi", action="store_true", help="the nvidia-smi table (CUDA fixtures): planner + overhead "
                    "against each process's GPU memory, and the memory beyond llama.cpp's buffers")
     p.add_argument("--failures", action="store_true", help="only rows outside their bound")

@@ -2,7 +2,8 @@
 # The one command of every device call of a measurement set, from the carried folder
 # (SET=block|moe|moe2|vision[+...] tests/gpu/make_bundle_block.sh DEST writes the set into DEST/set):
 #
-#   bash .device/<dest>/go.sh [WAIT_S]          (ONLY=REGEX on the first call: only the loads it matches)
+#   bash .device/<dest>/go.sh [WAIT_S]          (ONLY=REGEX or ONLY_<set>=REGEX on the first call:
+#                                                only the loads it matches)
 #
 # The first call unpacks the bundle under /root/d-$SET and starts tests/gpu/set_pipeline.sh detached
 # (setsid: it outlives the call); every call waits up to WAIT_S seconds and brings back $W/out as

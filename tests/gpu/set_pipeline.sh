@@ -2,7 +2,8 @@
 # shellcheck disable=SC2012  # device-only script: ls of known model names
 # One measurement set on the device machine (one H200), detached by tests/gpu/set_go.sh:
 #
-#   SET=block|moe|moe2|vision[+...] bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches)
+#   SET=block|moe|moe2|vision[+...] bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches;
+#                                                  ONLY_<set>=REGEX: that set's, over ONLY)
 #   SET=... bash tests/gpu/set_pipeline.sh --check                  (is SET one of the table's? run here first)
 #
 #   1. build llama.cpp b11434 from the carried sdist with CUDA sm_90 + RPC (cmake directly: llama-server,
@@ -66,9 +67,10 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$BIN
 "$BIN/llama-server" --version >> "$OUT/env.txt" 2>&1
 "$BIN/llama-server" --list-devices >> "$OUT/env.txt" 2>&1
 for s in "${SETS[@]}"; do
-  step "matrix cuda-h200-$s ${ONLY:-all}"
+  o=ONLY_$s; only=${!o-${ONLY:-}}
+  step "matrix cuda-h200-$s ${only:-all}"
   ( cd "$R" && python3 benchmarks/measure_llamacpp_buffers.py --set "cuda-h200-$s" --matrix --models-dir "$W/models" \
-      --bindir "$BIN" --out "$OUT/fixtures-$s" --no-fit-params ${ONLY:+--only="$ONLY"} ) >> "$OUT/matrix-$s.log" 2>&1
+      --bindir "$BIN" --out "$OUT/fixtures-$s" --no-fit-params ${only:+--only="$only"} ) >> "$OUT/matrix-$s.log" 2>&1
   step "matrix $s done: $(grep -c 'ok=True' "$OUT/matrix-$s.log") ok, $(grep -c 'ok=False' "$OUT/matrix-$s.log") failed"
 done
 touch "$W/done"
