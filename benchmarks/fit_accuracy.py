@@ -27,6 +27,7 @@ only device and the planner's single device is compared with it.
     python benchmarks/fit_accuracy.py --set cuda-h200-moe --smi   # qwen3moe, experts on the host too (issue 38)
     python benchmarks/fit_accuracy.py --set cuda-h100-moe2 --smi  # ... its held-out model, on an H100
     python benchmarks/fit_accuracy.py --set cuda-h200-vision --smi  # the projector after the largest image (34)
+    python benchmarks/fit_accuracy.py --set cuda-h100-vision --smi  # ... its held-out loads, on an H100
     python benchmarks/fit_accuracy.py --records DIR   # + every plan-vs-actual.json found under DIR
 
 ``--records DIR`` folds the records the llama_server role appends after every passing gate
