@@ -2,7 +2,7 @@
 # shellcheck disable=SC2012  # device-only script: ls of known model names
 # One measurement set on the device machine (one H200), detached by tests/gpu/set_go.sh:
 #
-#   SET=block|moe|moe2|vision[+...] bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches;
+#   SET=block|moe|moe2|vision|moegrid[+...] bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches;
 #                                                  ONLY_<set>=REGEX: that set's, over ONLY)
 #   SET=... bash tests/gpu/set_pipeline.sh --check                  (is SET one of the table's? run here first)
 #
@@ -20,9 +20,10 @@ gen_block() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_
 gen_moe() { python3 benchmarks/moe_models.py "$1" qwen3moe_r; }          # issue 38: real-size qwen3moe, header-only
 gen_moe2() { python3 benchmarks/moe_models.py "$1" qwen3moe_h; }         # issue 38's held-out qwen3moe
 gen_vision() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b; }  # issue 34 (projector: matrix)
+gen_moegrid() { :; }    # issue 38: the MoE layer's compute across its shape (benchmarks/moe_grid.py writes its models)
 IFS=+ read -r -a SETS <<< "$SET"
 for s in "${SETS[@]}"; do
-  declare -F "gen_$s" > /dev/null || { echo "SET=$SET: $s is not a set of tests/gpu/set_pipeline.sh (block, moe, moe2, vision)" >&2; exit 2; }
+  declare -F "gen_$s" > /dev/null || { echo "SET=$SET: $s is not a set of tests/gpu/set_pipeline.sh (block, moe, moe2, vision, moegrid)" >&2; exit 2; }
 done
 [[ ${1:-} == --check ]] && exit 0
 W=${1:?the work dir}
@@ -67,6 +68,13 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$BIN
 "$BIN/llama-server" --version >> "$OUT/env.txt" 2>&1
 "$BIN/llama-server" --list-devices >> "$OUT/env.txt" 2>&1
 for s in "${SETS[@]}"; do
+  if [[ $s == moegrid ]]; then
+    step "grid: benchmarks/moe_grid.py on CUDA0"
+    ( cd "$R" && python3 benchmarks/moe_grid.py --bindir "$BIN" --models-dir "$W/models/grid" --device CUDA0 ) \
+      > "$OUT/moegrid.jsonl" 2> "$OUT/moegrid.log"
+    step "grid done: $(wc -l < "$OUT/moegrid.jsonl") points"
+    continue
+  fi
   o=ONLY_$s; only=${!o-${ONLY:-}}
   step "matrix cuda-h200-$s ${only:-all}"
   ( cd "$R" && python3 benchmarks/measure_llamacpp_buffers.py --set "cuda-h200-$s" --matrix --models-dir "$W/models" \

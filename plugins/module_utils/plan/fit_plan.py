@@ -370,25 +370,43 @@ MMPROJ_CPU_ENCODE = "~34 s for a 1024-token image; a 4096-token one did not fini
 FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 
 
-# Mixture-of-Experts terms, measured on one H200 against b11434 loads of a Qwen3-30B-A3B-class qwen3moe Q4_K_M
-# (128 experts, 8 used, n_ff_exp 768, n_embd 2048) at 32k..131k context, ubatch 512/2048, f16/q8_0 KV (issue 38):
-#   MOE_EXPERT_OUT_BYTES  the planner with the dense law (and n_ff = feed_forward_length = 768 x 8) was under by
-#                         64 KiB per ubatch token = 8 experts x 2048 x 4 B: the routed experts' f32 outputs
-#                         [n_embd, n_expert_used, n_tokens] alive before the weighted sum (~31 MiB at ub 512,
-#                         ~128 MiB at 2048)
-#   EXPERT_COPY_EMBD_BYTES / the largest offloaded expert tensor: with experts on the CPU the GPU's compute buffer
-#                         holds, beside the device's own graph (_graph_compute, its experts' terms included: the
-#                         scheduler copies the experts over and runs them there for a batched prompt), one expert
-#                         tensor (the largest offloaded: the Q6_K ffn_down_exps, 157.5 MiB) less 24 B x n_embd per
-#                         ubatch token. Fitted on --n-cpu-moe 24 (ctx 65536) and --cpu-moe (ctx 131072) at ub 512
-#                         (residual +0.57 MiB on both); held out: --n-cpu-moe 40 at ub 2048, +0.53 MiB
-#                         (tests/fixtures/llamacpp/b11434-cuda-h200-moe). The earlier reading (the whole buffer is
-#                         the reserve, 124 B x n_embd per token) counted the device's own graph twice: 148-593 MiB over
-#   MOE_FA_BESIDE         with flash attention on K/V that are not f16 (the f16 copies' peak) the experts' f32 outputs
-#                         stay beside it: all-GPU at ub 2048 q8_0 ctx 131072 was under by 127.5 MiB = 8 x 2048 x 4 x
-#                         2048 (fitted on that one row; no MoE q8_0 row is held out; ub 512 f16 rows do not reach it)
+# Mixture-of-Experts layer (b11434 llm_graph_context::build_moe_ffn; issue 38). Per ubatch token, F = n_expert_used x
+# n_ff_exp, E = n_expert_used x n_embd, the layer's peak is the largest of three moments of ggml-alloc's liveness:
+#   glu     up, gate and their GLU output (no in-place op) beside two hidden states: 12 F + 8 n_embd
+#   down    the GLU output and the experts' f32 outputs [n_embd, used, tokens] beside three: 4 F + 4 E + 12 n_embd
+#   reduce  the experts' outputs AND their weighted copy beside three: ggml-cuda's graph_optimize keeps the
+#           outputs alive to the last add of the weighted reduction (add_alloc_dep: the fused MoE reduction), so
+#           the MUL cannot take their memory in place: 8 E + 12 n_embd
+# (bytes per F, per E, per n_embd). Measured on one H100 with benchmarks/moe_grid.py (tests/fixtures/llamacpp/
+# b11434-cuda-h100-moegrid: 36 small qwen3moe at n_embd 1024..3072, 2..12 experts used, n_ff_exp 256..1536, plus
+# ub 1024/2048 and q8_0 KV): the law is exact where ggml-alloc's best fit packs the moments without gaps (most
+# points at n_embd >= 2048, the fitted 30B-A3B class within 4 x n_embd, the held-out qwen3moe_h exact) and under it
+# where a gap opens (up to 36 x n_embd at n_embd 3072, n_ff_exp 768): fragmentation, not modelled.
+# The dense law (act_embd 12 + act_ff 12) booked 12 n_embd + 12 F + 4 E: exact for the 30B-A3B class by coincidence,
+# 12 n_embd over on qwen3moe_h, and under by up to 48 n_embd where n_ff_exp is small against n_embd.
+#   EXPERT_COPY_PHASE  with experts on the CPU the GPU's compute buffer holds one expert tensor (the largest
+#                      offloaded: a batched prompt copies the experts over and runs them there) at the down moment,
+#                      not the layer's peak: the copy + the down moment in place of the layer's peak (fitted on
+#                      qwen3moe_r --n-cpu-moe 24 and --cpu-moe at ub 512; exact on qwen3moe_h at ub 512 and 1024)
+#   MOE_EXPERT_OUT_BYTES  with flash attention on K/V that are not f16 (the f16 copies' peak) the experts' f32
+#                      outputs stay beside it: all-GPU at ub 2048 q8_0 ctx 131072 (qwen3moe_r) was under by 127.5 MiB
+#                      = 8 x 2048 x 4 x 2048 without it
+MOE_PHASES = {"glu": (12, 0, 8), "down": (4, 4, 12), "reduce": (0, 8, 12)}
+EXPERT_COPY_PHASE = "down"
 MOE_EXPERT_OUT_BYTES = 4
-EXPERT_COPY_EMBD_BYTES = -24
+
+
+def _moe_phase(name, n_embd, n_ff, used):
+    """Bytes per ubatch token of one moment of an MoE layer (MOE_PHASES)."""
+    f, e, n = MOE_PHASES[name]
+    return f * n_ff + e * used * n_embd + n * n_embd
+
+
+def _moe_layer(n_embd, n_ff, used):
+    """An MoE layer's peak per ubatch token: the largest moment (MOE_PHASES)."""
+    return max(_moe_phase(k, n_embd, n_ff, used) for k in MOE_PHASES)
+
+
 # --load-mode (llama_cpp_rules.LOAD_MODES / LOAD_MODE_MEMORY): how the host-side expert tensors are held -- pages
 # of the mapped file (resident: every token reads them), the same locked, or a pinned host buffer the system cannot
 # reclaim (measured: ~16.9 GiB pinned with --cpu-moe --load-mode none)
@@ -846,7 +864,8 @@ GATED_ATTN_ARCHS = ("qwen3next", "qwen35", "qwen35moe")    # attention output ga
 
 
 def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells_swa, first, n_inputs=1,
-                   base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0, end_bytes=0, moe_used=0):
+                   base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0, end_bytes=0, moe_used=0,
+                   copy_bytes=0):
     """Compute buffer of one context's graph on one device (everything but the logits).
 
     per ub token: act_embd x n_embd + act_ff x n_ff (the layer's own activations: one layer's peak, the
@@ -857,6 +876,9 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
     attention the KQ matrix 4 x n_head per (cell x token) of the widest mask (one layer at a time) with
     attn_embd_bytes_nofa x n_embd beside it, in place of the FFN's peak when that is the larger.
 
+    copy_bytes: an MoE expert tensor copied over for a batched prompt (experts on the CPU): it lives at the layer's
+    down moment (EXPERT_COPY_PHASE), a peak of its own when that outgrows the layer's others.
+
     end_bytes: what lives at the graph's end, after the last layer freed its activations (a block drafter's
     full-ubatch logits, see _block_draft_end): a peak of its own in place of the layer's when it is the larger.
     The split inputs of a pipelined graph (copies > 1) stay allocated beside it; on one copy the KQ mask and the
@@ -866,8 +888,11 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
     handed = n_inputs * prof["split_embd_bytes"] * copies * n_embd
     if first and copies > 1:
         handed += prof["first_embd_bytes"] * (copies - 1) * n_embd
-    # n_ff of an MoE block is n_expert_used x n_ff_exp (_ffn_width); its experts' outputs are alive beside them
-    layer = prof["act_embd_bytes"] * n_embd + prof["act_ff_bytes"] * n_ff + MOE_EXPERT_OUT_BYTES * moe_used * n_embd
+    # n_ff of an MoE block is n_expert_used x n_ff_exp (_ffn_width): its own moments (MOE_PHASES)
+    if moe_used:
+        layer = _moe_layer(n_embd, n_ff, moe_used)
+    else:
+        layer = prof["act_embd_bytes"] * n_embd + prof["act_ff_bytes"] * n_ff
     if not fa and max(cells_full, cells_swa):
         # without flash attention the peak is the attention's: the KQ matrix and what lives beside it, not
         # the FFN (measured: n_ff 2816 -> 8192 moved nothing without FA)
@@ -883,6 +908,8 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
         beside = (prof["fa_beside_embd_bytes"] * n_embd + prof["fa_beside_q_bytes"] * q_width
                   + prof["fa_beside_gate_bytes"] * gate_width + MOE_EXPERT_OUT_BYTES * moe_used * n_embd)
         layer_total = max(layer_total, fa_kv_f16 + ub * beside)
+    if copy_bytes:
+        layer_total = max(layer_total, copy_bytes + ub * _moe_phase(EXPERT_COPY_PHASE, n_embd, n_ff, moe_used))
     mb = prof["mask_bytes_per_cell"] if fa else prof["mask_bytes_per_cell_nofa"]
     inputs = ub * handed + copies * mb * ub * (cells_full + cells_swa)
     if end_bytes and copies == 1:
@@ -1225,7 +1252,7 @@ def _layer_table(c, n_ctx_seq, n_stream, swa_n):
                 used = c.n_used
                 if il in c.cpu_moe_blocks:
                     # --n-cpu-moe / --cpu-moe: the routed experts live on the host, the rest of the block here;
-                    # the largest of them is what a batched prompt copies back over (see EXPERT_COPY_EMBD_BYTES)
+                    # the largest of them is what a batched prompt copies back over (see EXPERT_COPY_PHASE)
                     row["weights_bytes"] -= experts
                     row["host_expert_bytes"] = experts
                     copy = int(L.get("expert_tensor_bytes_max") or 0)
@@ -1426,7 +1453,7 @@ def _target_compute(c, sh, devs):
     Pipeline copies when the model spans more than one device (llama-context.cpp, ggml-backend.cpp
     GGML_SCHED_MAX_COPIES); the logits on the output device: n_outputs x n_vocab x 4 (llama-context.cpp
     output_reserve, n_outputs_max = min(n_batch, n_seq_max x (1 + draft tokens))) plus the profile's
-    logits_ubatch_bytes; MoE experts copied over for a batched prompt (EXPERT_COPY_EMBD_BYTES); a block drafter's
+    logits_ubatch_bytes; MoE experts copied over for a batched prompt (EXPERT_COPY_PHASE); a block drafter's
     extract layers keep their input alive to the graph's end (llama_set_embeddings_layer_inp, EXTRACT_EMBD_BYTES)."""
     s, prof = c.s, c.prof
     ub = sh.ub
@@ -1440,14 +1467,14 @@ def _target_compute(c, sh, devs):
     for d in devs:
         if not d.has_layers:
             continue
-        comp = _graph_compute(prof, sh.fa, ub, sh.copies, c.n_embd, d.n_ff or c.n_ff, sh.n_head,
-                              sh.n_ctx_seq if d.has_attn else 0, sh.swa_n if d.has_swa else 0,
-                              first=d.index == sh.slots[0], gate_width=sh.gate_width, fa_kv_f16=d.fa_kv_f16,
-                              q_width=sh.q_width, moe_used=d.moe_used)
+        args = (prof, sh.fa, ub, sh.copies, c.n_embd, d.n_ff or c.n_ff, sh.n_head,
+                sh.n_ctx_seq if d.has_attn else 0, sh.swa_n if d.has_swa else 0)
+        kw = dict(first=d.index == sh.slots[0], gate_width=sh.gate_width, fa_kv_f16=d.fa_kv_f16,
+                  q_width=sh.q_width, moe_used=d.moe_used)
+        comp = _graph_compute(*args, **kw)
         if d.expert_copy_max:
-            # the experts copied over for a batched prompt, beside the device's own graph (EXPERT_COPY_EMBD_BYTES);
-            # never below nothing where a wide ubatch would take the fitted per-token term past the tensor
-            d.expert_copy_bytes = max(0, int(d.expert_copy_max + EXPERT_COPY_EMBD_BYTES * c.n_embd * ub))
+            # the experts copied over for a batched prompt: a moment of the layer of its own (EXPERT_COPY_PHASE)
+            d.expert_copy_bytes = int(_graph_compute(*args, copy_bytes=d.expert_copy_max, **kw) - comp)
             comp += d.expert_copy_bytes
         if d.index == sh.out_dev:
             comp += 4 * n_outputs * c.n_vocab + prof["logits_ubatch_bytes"] * ub * c.n_vocab

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ansible_collections.dankfleet.llm.tests.unit import planner_testlib as lib
 from ansible_collections.dankfleet.llm.tests.unit.hostile_testlib import json_values
 from ansible_collections.dankfleet.llm.plugins.module_utils.plan.fit_plan import (
-    PROFILES, FitPlanError, plan)
+    PROFILES, FitPlanError, _moe_layer, _moe_phase, plan)
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -45,11 +45,14 @@ def expert_bytes(blocks):
 
 
 @pytest.mark.parametrize("ub", [512, 2048])
-def test_the_moe_compute_term_is_n_expert_used_x_n_embd_x_4_per_ubatch_token(ub):
-    """issue 38: under by 8 x 2048 x 4 B per ubatch token (~31 MiB at 512, ~128 MiB at 2048) planned as dense."""
+def test_the_moe_layer_peaks_at_its_weighted_reduction_not_at_the_dense_ffn(ub):
+    """issue 38: planned as dense (12 n_embd + 12 F per token) the 30B-A3B class is under; its peak is the reduce
+    moment, the experts' f32 outputs and their weighted copy (8 x 8 x 2048 B) beside three hidden states."""
     moe = plan(CARD, MODEL, serve(ubatch_size=ub))
     dense = plan(CARD, dense_planned(MODEL), serve(ubatch_size=ub))
-    assert dev(moe)["compute_bytes"] - dev(dense)["compute_bytes"] == 8 * 2048 * 4 * ub
+    assert _moe_layer(2048, 8 * 768, 8) == _moe_phase("reduce", 2048, 8 * 768, 8) == 8 * 8 * 2048 + 12 * 2048
+    under = (_moe_layer(2048, 8 * 768, 8) - 12 * 2048 - 12 * 8 * 768) * ub
+    assert dev(moe)["compute_bytes"] - dev(dense)["compute_bytes"] == under > 0
 
 
 def test_the_ffn_width_is_the_experts_not_feed_forward_length():
@@ -63,7 +66,8 @@ def test_the_ffn_width_is_the_experts_not_feed_forward_length():
     for L in wider["layers"]:
         L["n_ff_exp"] = 1536
     grown = dev(plan(CARD, wider, serve()))["compute_bytes"] - dev(plan(CARD, MODEL, serve()))["compute_bytes"]
-    assert grown == PROFILES["cuda"]["act_ff_bytes"] * 8 * 768 * 512
+    # twice the experts' width: the GLU moment (12 F + 8 n_embd) outgrows the reduction
+    assert grown == (_moe_phase("glu", 2048, 8 * 1536, 8) - _moe_layer(2048, 8 * 768, 8)) * 512 > 0
 
 
 @pytest.mark.parametrize("fa, extra", [(True, 110 * MIB), (False, 300 * MIB)])
@@ -103,11 +107,12 @@ def test_all_experts_on_the_host_leaves_about_0_8_gib_of_weights_on_the_gpu():
     assert r["host_experts"]["bytes"] == MODEL["expert_bytes_total"] and r["host_experts"]["blocks"] == 48
 
 
-@pytest.mark.parametrize("ub, mib", [(512, 133.5), (2048, 61.5)])
+@pytest.mark.parametrize("ub, mib", [(512, 137.5), (2048, 77.5)])
 @pytest.mark.parametrize("where", [{"n_cpu_moe": 24}, {"cpu_moe": True}, {"n_cpu_moe": 48}])
 def test_the_gpu_keeps_the_measured_reserve_for_copied_experts(ub, mib, where):
-    """issue 38: beside the device's own graph, one expert tensor (157.5 MiB) less 24 B x n_embd per ubatch token
-    (measured totals 282 MiB at ub 512, 654 at 2048), the same for 24 or 48 offloaded layers."""
+    """issue 38: one expert tensor (157.5 MiB) at the layer's down moment (56 x n_embd per ubatch token) in place of
+    its peak (76): 157.5 less 20 x n_embd per token (measured totals 282 MiB at ub 512, 654 at 2048), the same for
+    24 or 48 offloaded layers."""
     r = plan(CARD, MODEL, serve(ubatch_size=ub, **where), host_ram_bytes=64 * GIB)
     assert abs(dev(r)["expert_copy_bytes"] - mib * MIB) <= 2 * MIB
     base = plan(CARD, MODEL, serve(ubatch_size=ub), host_ram_bytes=64 * GIB)
