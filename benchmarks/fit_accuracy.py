@@ -26,6 +26,7 @@ only device and the planner's single device is compared with it.
     python benchmarks/fit_accuracy.py --set cuda-h200-block --smi # 27B + DFlash2/DSpark block drafters (issue 24)
     python benchmarks/fit_accuracy.py --set cuda-h200-moe --smi   # qwen3moe, experts on the host too (issue 38)
     python benchmarks/fit_accuracy.py --set cuda-h100-moe2 --smi  # ... its held-out model, on an H100
+    python benchmarks/fit_accuracy.py --set cuda-h100-moe3 --smi  # ... and its second
     python benchmarks/fit_accuracy.py --set cuda-h200-vision --smi  # the projector after the largest image (34)
     python benchmarks/fit_accuracy.py --set cuda-h100-vision --smi  # ... its held-out loads, on an H100
     python benchmarks/fit_accuracy.py --records DIR   # + every plan-vs-actual.json found under DIR
@@ -71,6 +72,8 @@ SETS = {"cpu": FIXTURES, "cuda-h200": REPO / "tests" / "fixtures" / "llamacpp" /
         "cuda-h200-moe": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-moe",
         # issue 38's held-out model (qwen3moe_h: 64 experts of 1280, 6 used), on one H100
         "cuda-h100-moe2": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h100-moe2",
+        # its second held-out model (qwen3moe_t: the Qwen3-Next expert shape), measured after the MoE moments
+        "cuda-h100-moe3": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h100-moe3",
         # issue 34: the 27B target beside a real-size projector, the largest image the limit admits
         "cuda-h200-vision": REPO / "tests" / "fixtures" / "llamacpp" / "b11434-cuda-h200-vision",
         # issue 34's held-out loads on one H100: the projector on each device and the CPU, after the largest image
@@ -407,7 +410,7 @@ def main(argv=None):
     p.add_argument("--fixtures", default=None, help="a fixture dir (default: the --set's)")
     p.add_argument("--set", default="cpu", choices=sorted(SETS),
                    help="cpu (issue 3), cuda-h200 (issue 9), cuda-h200-27b (issue 19), cuda-h200-swa (issue 17), "
-                   "cuda-h200-block (issue 24), cuda-h200-moe (issue 38), cuda-h100-moe2 (its held-out model), "
+                   "cuda-h200-block (issue 24), cuda-h200-moe (issue 38), cuda-h100-moe2 and cuda-h100-moe3 (its held-out models), "
                    "cuda-h200-vision (issue 34), cuda-h100-vision (its held-out loads)")
     p.add_argument("--smi", action="store_true", help="the nvidia-smi table (CUDA fixtures): planner + overhead "
                    "against each process's GPU memory, and the memory beyond llama.cpp's buffers")

