@@ -381,7 +381,8 @@ FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 # b11434-cuda-h100-moegrid: 36 small qwen3moe at n_embd 1024..3072, 2..12 experts used, n_ff_exp 256..1536, plus
 # ub 1024/2048 and q8_0 KV): the law is exact where ggml-alloc's best fit packs the moments without gaps (most
 # points at n_embd >= 2048, the fitted 30B-A3B class within 4 x n_embd, the held-out qwen3moe_h exact) and under it
-# where a gap opens (up to 36 x n_embd at n_embd 3072, n_ff_exp 768): fragmentation, not modelled.
+# where a gap opens (up to 36 x n_embd at n_embd 3072, n_ff_exp 768; 30 x n_embd on the second held-out model,
+# qwen3moe_t, 10 of 512 at n_embd 2048: -119.5 MiB all on the GPU at ub 2048): fragmentation, not modelled.
 # The dense law (act_embd 12 + act_ff 12) booked 12 n_embd + 12 F + 4 E: exact for the 30B-A3B class by coincidence,
 # 12 n_embd over on qwen3moe_h, and under by up to 48 n_embd where n_ff_exp is small against n_embd.
 #   EXPERT_COPY_PHASE  with experts on the CPU the GPU's compute buffer holds one expert tensor (the largest
@@ -390,7 +391,8 @@ FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 #                      qwen3moe_r --n-cpu-moe 24 and --cpu-moe at ub 512; exact on qwen3moe_h at ub 512 and 1024)
 #   MOE_EXPERT_OUT_BYTES  with flash attention on K/V that are not f16 (the f16 copies' peak) the experts' f32
 #                      outputs stay beside it: all-GPU at ub 2048 q8_0 ctx 131072 (qwen3moe_r) was under by 127.5 MiB
-#                      = 8 x 2048 x 4 x 2048 without it
+#                      = 8 x 2048 x 4 x 2048 without it; not there at ub 1024 (qwen3moe_h +50.5 MiB all on the GPU,
+#                      qwen3moe_t +79.4 on a split's RPC device): over, the safe side, kept
 MOE_PHASES = {"glu": (12, 0, 8), "down": (4, 4, 12), "reduce": (0, 8, 12)}
 EXPERT_COPY_PHASE = "down"
 MOE_EXPERT_OUT_BYTES = 4
