@@ -57,6 +57,7 @@ import math
 import re
 from bisect import bisect_left as _bisect_left
 
+from ansible_collections.dankfleet.llm.plugins.module_utils.plan import ggml_alloc
 from ansible_collections.dankfleet.llm.plugins.module_utils.plan.gguf_facts import DRAFTER_ONLY_ARCHS, MOE_PLANNED_ARCHS
 from ansible_collections.dankfleet.llm.plugins.module_utils.base.strict_values import to_bool
 # The speculative types and which drafter needs what: llama.cpp's rules, one home for them.
@@ -370,29 +371,29 @@ MMPROJ_CPU_ENCODE = "~34 s for a 1024-token image; a 4096-token one did not fini
 FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 
 
-# Mixture-of-Experts layer (b11434 llm_graph_context::build_moe_ffn; issue 38). Per ubatch token, F = n_expert_used x
-# n_ff_exp, E = n_expert_used x n_embd, the layer's peak is the largest of three moments of ggml-alloc's liveness:
+# Mixture-of-Experts layer (b11434 llm_graph_context::build_moe_ffn; issue 38). Its compute is not a sum of live
+# tensors: ggml-alloc's best fit leaves holes (the GLU's outputs free a block the experts' outputs may not fit), so
+# the block's allocation is REPLAYED over its graph (ggml_alloc.moe_block_peak: attention with flash attention and
+# its f16 K/V copies, the router, up/gate/GLU/down over the used experts, the weighted reduction; ggml-cuda's fused
+# MoE dependencies on CUDA/HIP devices, none on RPC or CPU ones) for the architectures whose block is exactly that
+# (MOE_REPLAYED_ARCHS). Measured: the 55-point grid of tests/fixtures/llamacpp/b11434-cuda-h100-moegrid within
+# 10 MiB at every f16 point (15+ exact; its 36-54 MiB allocator gaps reproduced); qwen3moe_r/_h/_t all on the GPU
+# within 1.5 MiB with f16 KV and 29 MiB with q8_0 (the f16 copies' placement), split devices within 11 MiB.
+# Per ubatch token, F = n_expert_used x n_ff_exp, E = n_expert_used x n_embd, the live tensors peak at the largest
+# of three moments (bytes per F, per E, per n_embd):
 #   glu     up, gate and their GLU output (no in-place op) beside two hidden states: 12 F + 8 n_embd
 #   down    the GLU output and the experts' f32 outputs [n_embd, used, tokens] beside three: 4 F + 4 E + 12 n_embd
-#   reduce  the experts' outputs AND their weighted copy beside three: ggml-cuda's graph_optimize keeps the
-#           outputs alive to the last add of the weighted reduction (add_alloc_dep: the fused MoE reduction), so
-#           the MUL cannot take their memory in place: 8 E + 12 n_embd
-# (bytes per F, per E, per n_embd). Measured on one H100 with benchmarks/moe_grid.py (tests/fixtures/llamacpp/
-# b11434-cuda-h100-moegrid: 36 small qwen3moe at n_embd 1024..3072, 2..12 experts used, n_ff_exp 256..1536, plus
-# ub 1024/2048 and q8_0 KV): the law is exact where ggml-alloc's best fit packs the moments without gaps (most
-# points at n_embd >= 2048, the fitted 30B-A3B class within 4 x n_embd, the held-out qwen3moe_h exact) and under it
-# where a gap opens (up to 36 x n_embd at n_embd 3072, n_ff_exp 768; 30 x n_embd on the second held-out model,
-# qwen3moe_t, 10 of 512 at n_embd 2048: -119.5 MiB all on the GPU at ub 2048): fragmentation, not modelled.
-# The dense law (act_embd 12 + act_ff 12) booked 12 n_embd + 12 F + 4 E: exact for the 30B-A3B class by coincidence,
-# 12 n_embd over on qwen3moe_h, and under by up to 48 n_embd where n_ff_exp is small against n_embd.
+#   reduce  the experts' outputs AND their weighted copy beside three (ggml-cuda's graph_optimize keeps the outputs
+#           alive to the reduction's last add): 8 E + 12 n_embd
+# which book the other MoE architectures (shared experts, recurrent hybrids: under where a hole opens, up to
+# 30 x n_embd per token on qwen3moe_t). The dense law (act_embd 12 + act_ff 12) booked 12 n_embd + 12 F + 4 E.
 #   EXPERT_COPY_PHASE  with experts on the CPU the GPU's compute buffer holds one expert tensor (the largest
 #                      offloaded: a batched prompt copies the experts over and runs them there) at the down moment,
-#                      not the layer's peak: the copy + the down moment in place of the layer's peak (fitted on
-#                      qwen3moe_r --n-cpu-moe 24 and --cpu-moe at ub 512; exact on qwen3moe_h at ub 512 and 1024)
-#   MOE_EXPERT_OUT_BYTES  with flash attention on K/V that are not f16 (the f16 copies' peak) the experts' f32
-#                      outputs stay beside it: all-GPU at ub 2048 q8_0 ctx 131072 (qwen3moe_r) was under by 127.5 MiB
-#                      = 8 x 2048 x 4 x 2048 without it; not there at ub 1024 (qwen3moe_h +50.5 MiB all on the GPU,
-#                      qwen3moe_t +79.4 on a split's RPC device): over, the safe side, kept
+#                      a moment of its own beside the block's peak (fitted on qwen3moe_r --n-cpu-moe 24 and
+#                      --cpu-moe at ub 512; within 1 MiB on qwen3moe_h and _t at ub 512..2048)
+#   MOE_EXPERT_OUT_BYTES  (moments only) with flash attention on K/V that are not f16 the experts' f32 outputs
+#                      stay beside the f16 copies: all-GPU at ub 2048 q8_0 ctx 131072 (qwen3moe_r) was under by
+#                      127.5 MiB = 8 x 2048 x 4 x 2048 without it; not there at ub 1024 (over, the safe side)
 MOE_PHASES = {"glu": (12, 0, 8), "down": (4, 4, 12), "reduce": (0, 8, 12)}
 EXPERT_COPY_PHASE = "down"
 MOE_EXPERT_OUT_BYTES = 4
@@ -407,6 +408,22 @@ def _moe_phase(name, n_embd, n_ff, used):
 def _moe_layer(n_embd, n_ff, used):
     """An MoE layer's peak per ubatch token: the largest moment (MOE_PHASES)."""
     return max(_moe_phase(k, n_embd, n_ff, used) for k in MOE_PHASES)
+
+
+# The MoE blocks whose graph ggml_alloc replays (attention + routed experts, no shared expert, no recurrent layers:
+# llm_graph_context::build_attn + build_moe_ffn); the others are booked by their moments (MOE_PHASES)
+MOE_REPLAYED_ARCHS = ("qwen3moe", "qwen3vlmoe", "olmoe", "granitemoe", "phimoe", "llama")
+
+
+def _moe_block(model, layers):
+    """(n_ff_exp, n_expert, K width, V width) of a model whose MoE blocks ggml_alloc replays, else None."""
+    experts = [L for L in layers if int(L.get("expert_bytes") or 0)]
+    if (model.get("architecture") not in MOE_REPLAYED_ARCHS or not experts
+            or any(int(L.get("n_ff_shexp") or 0) for L in layers)):
+        return None
+    return (max(int(L.get("n_ff_exp") or 0) for L in experts), int(model.get("expert_count") or 0),
+            max(int(L["n_head_kv"]) * int(L["key_length"]) for L in experts),
+            max(int(L["n_head_kv"]) * int(L["value_length"]) for L in experts))
 
 
 # --load-mode (llama_cpp_rules.LOAD_MODES / LOAD_MODE_MEMORY): how the host-side expert tensors are held -- pages
@@ -867,7 +884,7 @@ GATED_ATTN_ARCHS = ("qwen3next", "qwen35", "qwen35moe")    # attention output ga
 
 def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells_swa, first, n_inputs=1,
                    base_key="compute_base_bytes", gate_width=0, fa_kv_f16=0, q_width=0, end_bytes=0, moe_used=0,
-                   copy_bytes=0):
+                   copy_bytes=0, moe_block=None):
     """Compute buffer of one context's graph on one device (everything but the logits).
 
     per ub token: act_embd x n_embd + act_ff x n_ff (the layer's own activations: one layer's peak, the
@@ -877,6 +894,9 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
     (cell one stream attends x ub token), full-attention and sliding-window masks apiece; without flash
     attention the KQ matrix 4 x n_head per (cell x token) of the widest mask (one layer at a time) with
     attn_embd_bytes_nofa x n_embd beside it, in place of the FFN's peak when that is the larger.
+
+    moe_block: (n_ff_exp, n_expert, K width, V width, fused) of an MoE block ggml_alloc replays: the layer's peak is
+    the replayed allocation's (ggml_alloc.moe_block_peak), else the largest of its moments (MOE_PHASES).
 
     copy_bytes: an MoE expert tensor copied over for a batched prompt (experts on the CPU): it lives at the layer's
     down moment (EXPERT_COPY_PHASE), a peak of its own when that outgrows the layer's others.
@@ -891,7 +911,14 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
     if first and copies > 1:
         handed += prof["first_embd_bytes"] * (copies - 1) * n_embd
     # n_ff of an MoE block is n_expert_used x n_ff_exp (_ffn_width): its own moments (MOE_PHASES)
-    if moe_used:
+    fa_copy = fa and fa_kv_f16 and prof.get("fa_kv_f16_copy")
+    if moe_used and moe_block:
+        # the replay places the flash-attention node's f16 K/V copies itself (where they land decides the peak)
+        n_ff_exp, n_expert, k_width, v_width, fused = moe_block
+        layer = ggml_alloc.moe_block_peak(n_embd, n_ff_exp, moe_used, n_expert, q_width, k_width, v_width, ub,
+                                          fused, fa_kv_f16 if fa_copy else 0) / float(ub)
+        fa_copy = False
+    elif moe_used:
         layer = _moe_layer(n_embd, n_ff, moe_used)
     else:
         layer = prof["act_embd_bytes"] * n_embd + prof["act_ff_bytes"] * n_ff
@@ -903,7 +930,7 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
         layer_total = max(ub * layer, kq + ub * beside)
     else:
         layer_total = ub * layer
-    if fa and fa_kv_f16 and prof.get("fa_kv_f16_copy"):
+    if fa_copy:
         # CUDA: a flash-attention node whose K/V are not f16 reserves f16 copies of the K and V views it
         # reads beside its output (ggml-cuda fattn.cu get_alloc_size, MMA/tile kernels): one layer at a time,
         # a peak of its own when it outgrows the FFN's
@@ -1030,9 +1057,11 @@ def _prepare(gpus, model, serve, drafter, mmproj):
     # MoE: the experts used per token, and which blocks keep their routed experts on the host
     c.n_used = int(model.get("expert_used_count") or 0) if model.get("expert_count") else 0
     c.cpu_moe_blocks = set()
+    c.moe_block = None
     if c.n_used:
         c.n_ff = max([_ffn_width(L, c.n_used, 0) for L in c.layers] or [c.n_ff]) or c.n_ff
         _host_expert_blocks(c, c.s["n_cpu_moe"])
+        c.moe_block = _moe_block(model, c.layers)
     return c
 
 
@@ -1473,6 +1502,11 @@ def _target_compute(c, sh, devs):
                 sh.n_ctx_seq if d.has_attn else 0, sh.swa_n if d.has_swa else 0)
         kw = dict(first=d.index == sh.slots[0], gate_width=sh.gate_width, fa_kv_f16=d.fa_kv_f16,
                   q_width=sh.q_width, moe_used=d.moe_used)
+        if d.moe_used and c.moe_block:
+            # ggml-cuda (CUDA, HIP) fuses the router and the weighted reduction and keeps their tensors alive for
+            # it; ggml-rpc and the CPU backend do not (no graph_optimize)
+            fused = c.s["backend"] in ("cuda", "hip") and not _is_rpc(c.gpus[d.index])
+            kw["moe_block"] = c.moe_block + (fused,)
         comp = _graph_compute(*args, **kw)
         if d.expert_copy_max:
             # the experts copied over for a batched prompt: a moment of the layer of its own (EXPERT_COPY_PHASE)

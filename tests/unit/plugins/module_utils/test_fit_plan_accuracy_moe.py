@@ -88,9 +88,10 @@ def test_the_sum_of_the_experts_fails_a_mapped_load(fid, facts, monkeypatch):
     assert _host_weights(BY_ID[fid], facts)["error"] < -256 * MIB
 
 
-@pytest.mark.parametrize("fid", [i for i in HOST_SIDE if "-lmnone-" not in i])
+@pytest.mark.parametrize("fid", [i for i in HOST_SIDE if "-lmnone-" not in i and "-ub512-" in i])
 def test_without_the_copied_expert_the_gpu_compute_fails(fid, facts, monkeypatch):
-    """The test can fail: without the expert tensor a batched prompt copies over, the GPU's compute is under."""
+    """The test can fail: without the expert tensor a batched prompt copies over, the GPU's compute is under (at
+    ub 512 by 133.5 MiB; at 2048 the copy adds 61.5 MiB over the replayed block, inside that row's bound)."""
     graph = fit_plan._graph_compute
     monkeypatch.setattr(fit_plan, "_graph_compute", lambda *a, **kw: graph(*a, **dict(kw, copy_bytes=0)))
     bad = [r for r in fit_accuracy.compare(BY_ID[fid], facts) if not r["ok"]]
