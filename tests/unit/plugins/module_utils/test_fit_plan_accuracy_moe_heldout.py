@@ -7,11 +7,11 @@ with experts on the host (--n-cpu-moe 12 at ub 512; --n-cpu-moe 30 at ub 1024 wi
 nvidia-smi per process and /proc memory after an 8192-token prompt. No MoE constant of fit_plan was fitted on any of
 these rows (the fitted set is tests/fixtures/llamacpp/b11434-cuda-h200-moe, qwen3moe_r). No GPU here.
 
-Held to the issue's bounds term by term, every one within them. Before the MoE layer was booked by its moments
-(fit_plan.MOE_PHASES, read off ggml-alloc and the small-model grid, not off these rows) two terms were over their
-bound: the --n-cpu-moe 30 q8_0 compute (+60.5 MiB: the copied expert added on top of the flash-attention moment, not
-at the layer's down moment) and RPC0 of the split against nvidia-smi (+83.3 MiB: the dense law's 12 n_embd + 12 F +
-4 E per token, 12 n_embd over on this model); the first test below fails on that law.
+Held to the issue's bounds term by term, every one within them. Before the MoE block was booked from ggml-alloc
+(fit_plan's moments, then its replayed allocation: neither read off these rows) two terms were over their bound: the
+--n-cpu-moe 30 q8_0 compute (+60.5 MiB: the copied expert added on top of the flash-attention moment, not at the
+layer's down moment) and RPC0 of the split against nvidia-smi (+83.3 MiB: the dense law's 12 n_embd + 12 F + 4 E per
+token, 12 n_embd over on this model).
 
 tests/fixtures/llamacpp/b11434-cuda-h100-moe3/: qwen3moe_t (32 blocks, n_embd 2048, 128 experts of 512, 10 used, 16
 heads of 256, 2 KV heads: the Qwen3-Next expert shape in a qwen3moe graph), measured on one H100 AFTER the moments were
