@@ -1,4 +1,4 @@
-"""The MoE layer's moments against b11434's own compute buffers across the layer's shape (issue 38).
+"""The MoE block's replayed allocation against b11434's own compute buffers across the layer's shape (issue 38).
 
 tests/fixtures/llamacpp/b11434-cuda-h100-moegrid/moegrid.jsonl: benchmarks/moe_grid.py on one NVIDIA H100 -- small
 header-only qwen3moe (4 blocks, 32 heads of 128, 4 KV heads, 16 experts) at n_embd 1024/2048/3072, 2..12 experts
