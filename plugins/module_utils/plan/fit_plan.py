@@ -390,7 +390,7 @@ FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 #   EXPERT_COPY_PHASE  with experts on the CPU the GPU's compute buffer holds one expert tensor (the largest
 #                      offloaded: a batched prompt copies the experts over and runs them there) at the down moment,
 #                      a moment of its own beside the block's peak (fitted on qwen3moe_r --n-cpu-moe 24 and
-#                      --cpu-moe at ub 512; within 1 MiB on qwen3moe_h and _t at ub 512..2048)
+#                      --cpu-moe at ub 512; within 1 MiB on qwen3moe_h and _t with f16 KV, +15 with q8_0)
 #   MOE_EXPERT_OUT_BYTES  (moments only) with flash attention on K/V that are not f16 the experts' f32 outputs
 #                      stay beside the f16 copies: all-GPU at ub 2048 q8_0 ctx 131072 (qwen3moe_r) was under by
 #                      127.5 MiB = 8 x 2048 x 4 x 2048 without it; not there at ub 1024 (over, the safe side)
