@@ -17,16 +17,15 @@ import argparse
 import itertools
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 
 import moe_models
+from measure_llamacpp_buffers import RE_COMPUTE
 
 BASE = {"n_layer": 4, "n_head": 32, "n_head_kv": 4, "head_dim": 128, "n_expert": 16, "n_vocab": 512,
         "ctx_train": 32768, "rope_freq_base": 1e6, "rms_eps": 1e-6}
-RE_COMPUTE = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 
 
 def grid(kind):

@@ -369,6 +369,9 @@ MMPROJ_CPU_ENCODE = "~34 s for a 1024-token image; a 4096-token one did not fini
 # with a kernel. Any other type makes ggml_cuda_flash_attn_ext_supported false, so the scheduler runs every
 # attention layer's FA on the CPU, copying the layer's K and V views to the host (per pipeline copy)
 FA_KV_TYPES_GPU = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
+# The backends built from ggml-cuda's code (HIP compiles the same files): its flash-attention kernels and its
+# graph_optimize (the fused MoE kernels' allocation dependencies)
+GGML_CUDA_BACKENDS = ("cuda", "hip")
 
 
 # Mixture-of-Experts layer (b11434 llm_graph_context::build_moe_ffn; issue 38). Its compute is not a sum of live
@@ -910,8 +913,8 @@ def _graph_compute(prof, fa, ub, copies, n_embd, n_ff, n_head, cells_full, cells
     handed = n_inputs * prof["split_embd_bytes"] * copies * n_embd
     if first and copies > 1:
         handed += prof["first_embd_bytes"] * (copies - 1) * n_embd
-    # n_ff of an MoE block is n_expert_used x n_ff_exp (_ffn_width): its own moments (MOE_PHASES)
     fa_copy = fa and fa_kv_f16 and prof.get("fa_kv_f16_copy")
+    # n_ff of an MoE block is n_expert_used x n_ff_exp (_ffn_width): its replayed allocation, else its moments
     if moe_used and moe_block:
         # the replay places the flash-attention node's f16 K/V copies itself (where they land decides the peak)
         n_ff_exp, n_expert, k_width, v_width, fused = moe_block
@@ -1505,7 +1508,7 @@ def _target_compute(c, sh, devs):
         if d.moe_used and c.moe_block:
             # ggml-cuda (CUDA, HIP) fuses the router and the weighted reduction and keeps their tensors alive for
             # it; ggml-rpc and the CPU backend do not (no graph_optimize)
-            fused = c.s["backend"] in ("cuda", "hip") and not _is_rpc(c.gpus[d.index])
+            fused = c.s["backend"] in GGML_CUDA_BACKENDS and not _is_rpc(c.gpus[d.index])
             kw["moe_block"] = c.moe_block + (fused,)
         comp = _graph_compute(*args, **kw)
         if d.expert_copy_max:
@@ -2249,7 +2252,7 @@ def _mmproj_result(c, best, floor, errors, warnings):
 def _fa_kernel_warnings(c):
     """KV types with no flash-attention kernel on CUDA/HIP: b11434 runs that attention on the CPU."""
     s = c.s
-    if s["backend"] not in ("cuda", "hip") or not s["flash_attn"]:
+    if s["backend"] not in GGML_CUDA_BACKENDS or not s["flash_attn"]:
         return []
     fields = ["cache_type_k", "cache_type_v"]
     if c.mtp or (c.drafter is not None and c.model_draft):

@@ -45,6 +45,13 @@ def expert_bytes(blocks):
     return sum(MODEL["layers"][il]["expert_bytes"] for il in blocks)
 
 
+def replayed_block(n_ff_exp, ub):
+    """ggml_alloc's replay of one of MODEL's blocks (8 of n_ff_exp used, on CUDA: fused) over ub tokens."""
+    _, n_expert, k_width, v_width = _moe_block(MODEL, MODEL["layers"])
+    return ggml_alloc.moe_block_peak(2048, n_ff_exp, 8, n_expert, MODEL["head_count"] * MODEL["key_length"],
+                                     k_width, v_width, ub, True)
+
+
 @pytest.mark.parametrize("ub", [512, 2048])
 def test_the_moe_layer_is_booked_by_its_replayed_allocation_not_as_a_dense_ffn(ub):
     """issue 38: planned as dense (12 n_embd + 12 F per token) the 30B-A3B class is under; its block is ggml-alloc's
@@ -52,9 +59,7 @@ def test_the_moe_layer_is_booked_by_its_replayed_allocation_not_as_a_dense_ffn(u
     hole the GLU left), measured exact on qwen3moe_r at ub 512 (tests/fixtures/llamacpp/b11434-cuda-h200-moe)."""
     moe = plan(CARD, MODEL, serve(ubatch_size=ub))
     dense = plan(CARD, dense_planned(MODEL), serve(ubatch_size=ub))
-    n_ff_exp, n_expert, k_width, v_width = _moe_block(MODEL, MODEL["layers"])
-    q_width = MODEL["head_count"] * MODEL["key_length"]
-    peak = ggml_alloc.moe_block_peak(2048, n_ff_exp, 8, n_expert, q_width, k_width, v_width, ub, True)
+    peak = replayed_block(768, ub)
     assert 80 * 2048 * ub <= peak <= 80 * 2048 * ub + MIB        # + the router's few aligned rows
     assert dev(moe)["compute_bytes"] - dev(dense)["compute_bytes"] == peak - (12 * 2048 + 12 * 8 * 768) * ub > 0
 
@@ -70,10 +75,7 @@ def test_the_ffn_width_is_the_experts_not_feed_forward_length():
     for L in wider["layers"]:
         L["n_ff_exp"] = 1536
     grown = dev(plan(CARD, wider, serve()))["compute_bytes"] - dev(plan(CARD, MODEL, serve()))["compute_bytes"]
-    n_ff_exp, n_expert, k_width, v_width = _moe_block(MODEL, MODEL["layers"])
-    q_width = MODEL["head_count"] * MODEL["key_length"]
-    assert grown == (ggml_alloc.moe_block_peak(2048, 1536, 8, n_expert, q_width, k_width, v_width, 512, True)
-                     - ggml_alloc.moe_block_peak(2048, 768, 8, n_expert, q_width, k_width, v_width, 512, True)) > 0
+    assert grown == replayed_block(1536, 512) - replayed_block(768, 512) > 0
 
 
 @pytest.mark.parametrize("fa, extra", [(True, 110 * MIB), (False, 300 * MIB)])
